@@ -1,0 +1,133 @@
+"""hango: an agent harness in which every feature is a middleware.
+
+The public names: messages and models (``hango.provider``), tools (``hango.tool``), the
+middleware contract and chain (``hango.agent``), plugins (``hango.hookspecs``), runs and
+stores (``hango.run``, ``hango.store``).
+"""
+
+from hango.agent.chain import Chain
+from hango.agent.definition import AgentDefinition, AgentFileError
+from hango.agent.events import (
+    Event,
+    MessageCompleted,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    TodosUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnFinished,
+)
+from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.middleware import (
+    Middleware,
+    ModelHandler,
+    ModelRequest,
+    ModelWrapper,
+    PromptContributor,
+    RunHook,
+    ToolCallRequest,
+    ToolHandler,
+    ToolProvider,
+    ToolWrapper,
+)
+from hango.agent.stack import STACK_ORDER, StackConfig, default_stack
+from hango.agent.state import (
+    State,
+    StateError,
+    Todo,
+    dump_state,
+    load_private,
+    load_state,
+    store_private,
+)
+from hango.config import ConfigError
+from hango.hookspecs import hookimpl
+from hango.plugins import PluginError, make_plugin_manager
+from hango.provider import (
+    Message,
+    Model,
+    ModelError,
+    ModelResponse,
+    Request,
+    ScriptedModel,
+    StopReason,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    Usage,
+)
+from hango.run import Harness, RunNotResumable
+from hango.store import RunStore, open_store
+from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STACK_ORDER",
+    "AgentDefinition",
+    "AgentFileError",
+    "Chain",
+    "ConfigError",
+    "Event",
+    "Harness",
+    "LoopSettings",
+    "Message",
+    "MessageCompleted",
+    "Middleware",
+    "Model",
+    "ModelError",
+    "ModelHandler",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelWrapper",
+    "PluginError",
+    "PromptContributor",
+    "Request",
+    "RunFinished",
+    "RunHook",
+    "RunNotResumable",
+    "RunStarted",
+    "RunStatus",
+    "RunStore",
+    "ScriptedModel",
+    "StackConfig",
+    "State",
+    "StateError",
+    "StopReason",
+    "TextBlock",
+    "TextDelta",
+    "ThinkingBlock",
+    "Todo",
+    "TodosUpdated",
+    "Tool",
+    "ToolCallFinished",
+    "ToolCallRequest",
+    "ToolCallStarted",
+    "ToolContext",
+    "ToolHandler",
+    "ToolProvider",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolResultBlock",
+    "ToolSpec",
+    "ToolUseBlock",
+    "ToolView",
+    "ToolWrapper",
+    "TurnFinished",
+    "Usage",
+    "default_stack",
+    "dump_state",
+    "error_result",
+    "hookimpl",
+    "load_private",
+    "load_state",
+    "make_plugin_manager",
+    "open_store",
+    "run_loop",
+    "store_private",
+    "tool",
+]

@@ -1,0 +1,120 @@
+"""Agent files: a TOML description of an agent, validated field by field.
+
+::
+
+    name = "demo"
+    model = "scripted:script.toml"      # or anthropic:NAME, openai:NAME
+    base_url = "http://localhost:8000/v1"  # optional, for openai: models
+    system = ["You are a careful assistant.", "Answer briefly."]   # text blocks (or one string)
+    tools = ["demo_tools:list_files", "demo_tools:read_file"]      # module:attr, importable
+                                                                   # from the agent file's folder
+    tool_allowlist = ["list_files"]     # optional; absent = every tool
+    max_turns = 12                      # model calls per run
+    max_tokens = 4096                   # per model call
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from attrs import frozen
+
+from hango.config import ConfigError
+from hango.provider.messages import TextBlock
+from hango.provider.model import Model
+from hango.provider.select import model_from_spec
+from hango.tool.base import Tool
+from hango.tool.registry import ToolRegistry
+
+
+class AgentFileError(ConfigError):
+    """An agent file is unreadable or invalid; the message names the file and the field."""
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+
+
+@frozen
+class AgentDefinition:
+    """A validated agent. ``base_dir`` is the absolute folder relative paths resolve against."""
+
+    name: str
+    model: str
+    system: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    tool_allowlist: tuple[str, ...] | None = None
+    max_turns: int = attrs.field(default=25, validator=_positive)
+    max_tokens: int = attrs.field(default=4096, validator=_positive)
+    base_url: str | None = None
+    base_dir: str = "."
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> AgentDefinition:
+        """Load and validate an agent file; raises ``AgentFileError``."""
+        path = Path(path)
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise AgentFileError(f"agent file {path}: {exc}") from None
+        if isinstance(doc.get("system"), str):
+            doc["system"] = [doc["system"]]
+        doc["base_dir"] = str(path.resolve().parent)
+        return cls.from_json(doc, source=f"agent file {path}")
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], *, source: str = "agent") -> AgentDefinition:
+        try:
+            return _converter.structure(doc, cls)
+        except Exception as exc:
+            detail = "; ".join(cattrs.transform_error(exc, path="$"))
+            raise AgentFileError(f"{source}: {detail}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return _converter.unstructure(self)  # type: ignore[no-any-return]
+
+    @property
+    def system_blocks(self) -> tuple[TextBlock, ...]:
+        return tuple(TextBlock(text) for text in self.system)
+
+    def build_model(self, spec: str | None = None, base_url: str | None = None) -> Model:
+        """The agent's model, or the one named by ``spec`` (``--model``) instead."""
+        return model_from_spec(
+            spec or self.model, base_dir=Path(self.base_dir), base_url=base_url or self.base_url
+        )
+
+    def load_tools(self) -> ToolRegistry:
+        """Import every ``module:attr`` in ``tools`` (an attr may be a Tool or a list of them);
+        raises ``AgentFileError`` naming the entry that fails."""
+        if self.base_dir not in sys.path:
+            sys.path.insert(0, self.base_dir)
+        registry = ToolRegistry()
+        for i, ref in enumerate(self.tools):
+            where = f"agent {self.name!r}: tools[{i}] = {ref!r}"
+            module_name, sep, attr = ref.partition(":")
+            if not sep:
+                raise AgentFileError(f"{where}: expected module:attr")
+            try:
+                value = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                raise AgentFileError(f"{where}: {exc}") from None
+            items: Sequence[Any] = value if isinstance(value, list | tuple) else (value,)
+            for item in items:
+                if not isinstance(item, Tool):
+                    raise AgentFileError(f"{where}: {item!r} is not a tool (use @hango.tool)")
+                try:
+                    registry.add(item)
+                except ValueError as exc:
+                    raise AgentFileError(f"{where}: {exc}") from None
+        return registry
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)

@@ -1,0 +1,92 @@
+"""Events a run emits to its caller, in order.
+
+``RunStarted`` first and ``RunFinished`` last. In between, for every turn: the provider's own
+stream events (``hango.provider.events``: ``TextDelta`` and friends, passed through as they
+arrive), ``MessageCompleted`` with the assistant message, then for each tool call
+``ToolCallStarted`` / ``ToolCallFinished`` (and ``TodosUpdated`` when a call changed the plan),
+then ``TurnFinished``.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from typing import TypeAlias
+
+from attrs import frozen
+
+from hango.agent.state import Todo
+from hango.provider.events import StreamEvent
+from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
+from hango.tool.base import ToolResult
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@frozen
+class RunStarted:
+    run_id: uuid.UUID
+    session_id: uuid.UUID
+    resumed: bool
+
+
+@frozen
+class MessageCompleted:
+    message: Message
+    stop_reason: StopReason
+    usage: Usage
+
+
+@frozen
+class ToolCallStarted:
+    call: ToolUseBlock
+
+
+@frozen
+class ToolCallFinished:
+    call: ToolUseBlock
+    result: ToolResult
+
+
+@frozen
+class TodosUpdated:
+    todos: tuple[Todo, ...]
+
+
+@frozen
+class TurnFinished:
+    """``turn`` counts model calls in this run, from 1."""
+
+    turn: int
+
+
+@frozen
+class RunFinished:
+    """``status`` is completed, failed or cancelled; ``error`` says why a run failed;
+    ``stop_reason`` is the last model call's; ``usage`` sums this run's model calls."""
+
+    run_id: uuid.UUID
+    status: RunStatus
+    stop_reason: StopReason | None
+    error: str | None
+    usage: Usage
+
+
+RunEvent: TypeAlias = (
+    RunStarted
+    | MessageCompleted
+    | ToolCallStarted
+    | ToolCallFinished
+    | TodosUpdated
+    | TurnFinished
+    | RunFinished
+)
+
+#: Everything a run's event iterator yields.
+Event: TypeAlias = RunEvent | StreamEvent

@@ -1,0 +1,238 @@
+"""The agent loop: model -> tool batch -> model ... until the model ends its turn.
+
+The loop owns no persistence and no policy. It calls the model and tools through the chain,
+keeps the invariant that every tool_use in history has a result before the next model call,
+emits events, and calls ``checkpoint`` at every turn boundary and after every tool result, so a
+run stopped anywhere resumes from what was saved without re-running a call that finished.
+
+A run starts and resumes the same way: from its history. If the history ends with an assistant
+message whose calls lack results, that batch is finished first (only the missing calls run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import jsonschema
+from attrs import frozen
+from opentelemetry.trace import SpanKind
+
+from hango import telemetry
+from hango.agent.chain import Chain
+from hango.agent.events import (
+    Event,
+    MessageCompleted,
+    RunStatus,
+    TodosUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnFinished,
+)
+from hango.agent.middleware import ModelRequest, ToolCallRequest
+from hango.agent.state import State
+from hango.provider.messages import (
+    Message,
+    Request,
+    StopReason,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    Usage,
+)
+from hango.provider.model import Accumulator, Model, ModelResponse
+from hango.tool.base import Tool, ToolContext, ToolResult, error_result
+from hango.tool.registry import ToolView
+
+Emit = Callable[[Event], Awaitable[None]]
+Checkpoint = Callable[[State], Awaitable[None]]
+
+
+@frozen
+class LoopSettings:
+    """What the loop needs of an agent: the model name sent in requests, the agent's own
+    system blocks, the turn limit (model calls per run) and ``max_tokens`` per call."""
+
+    model: str
+    system: tuple[TextBlock, ...] = ()
+    max_turns: int = 25
+    max_tokens: int = 4096
+
+
+@frozen
+class LoopOutcome:
+    status: RunStatus
+    stop_reason: StopReason | None
+    error: str | None
+    usage: Usage
+    turns: int
+
+
+class _Validators:
+    """JSON Schema validators per tool spec, compiled once."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[ToolSpec, Any]] = {}
+
+    def error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+        entry = self._cache.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            cls = jsonschema.validators.validator_for(spec.input_schema)
+            entry = (spec, cls(spec.input_schema))
+            self._cache[id(spec)] = entry
+        best = jsonschema.exceptions.best_match(entry[1].iter_errors(arguments))
+        if best is None:
+            return None
+        return f"{best.json_path}: {best.message}"
+
+
+def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
+    """Calls of the last assistant message that have no result yet (its batch is unfinished)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            uses = messages[i].tool_uses
+            if not uses:
+                return ()
+            answered = {r.tool_use_id for m in messages[i + 1 :] for r in m.tool_results}
+            return tuple(u for u in uses if u.id not in answered)
+    return ()
+
+
+async def run_loop(
+    state: State,
+    *,
+    chain: Chain,
+    model: Model,
+    view: ToolView,
+    settings: LoopSettings,
+    emit: Emit,
+    checkpoint: Checkpoint,
+    start_index: int = 0,
+) -> LoopOutcome:
+    """Run ``state`` to the end of the agent's turn.
+
+    ``start_index`` is the index in ``state.messages`` of this run's user message (turns are
+    counted from there, so a resumed run keeps its ``max_turns`` budget). Returns the outcome;
+    exceptions from the model (``ModelError``) or a middleware propagate to the caller, after
+    the last checkpoint.
+    """
+    validators = _Validators()
+    usage = Usage()
+    stop_reason: StopReason | None = None
+
+    async def call_model(mreq: ModelRequest) -> ModelResponse:
+        req = mreq.request
+        with telemetry.tracer.start_as_current_span(
+            f"chat {req.model}",
+            kind=SpanKind.CLIENT,
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": req.model},
+        ) as span:
+            acc = Accumulator()
+            async for event in model.stream(req):
+                acc.add(event)
+                await emit(event)
+            response = acc.response()
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "gen_ai.response.finish_reasons": (response.stop_reason.value,),
+                        "gen_ai.usage.input_tokens": response.usage.input_tokens,
+                        "gen_ai.usage.output_tokens": response.usage.output_tokens,
+                    }
+                )
+            return response
+
+    async def execute(treq: ToolCallRequest) -> ToolResult:
+        call, tool = treq.call, treq.tool
+        if tool is None:
+            return error_result("unknown tool %r", call.name)
+        if not isinstance(call.input, dict):
+            return error_result(
+                "arguments for tool %r are not a JSON object: %.200s", call.name, call.input
+            )
+        problem = validators.error(tool.spec, call.input)
+        if problem is not None:
+            return error_result("invalid arguments for tool %r: %s", call.name, problem)
+        return await tool.call(call.input, ToolContext(treq.state, call))
+
+    async def run_batch(calls: tuple[ToolUseBlock, ...], tools: Mapping[str, Tool]) -> None:
+        for call in calls:
+            await emit(ToolCallStarted(call))
+            todos_before = state.todos
+            with telemetry.tracer.start_as_current_span(
+                f"execute_tool {call.name}",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id,
+                },
+            ) as span:
+                result = await chain.tool_call(
+                    ToolCallRequest(call, tools.get(call.name), state), execute
+                )
+                if result.is_error and span.is_recording():
+                    span.set_attribute("error.type", "tool_error")
+            _add_result(state.messages, ToolResultBlock(call.id, result.content, result.is_error))
+            await checkpoint(state)
+            await emit(ToolCallFinished(call, result))
+            if state.todos is not todos_before:
+                await emit(TodosUpdated(tuple(state.todos)))
+        # Per-batch data must not leak into the next batch or a resumed run.
+        state.scratch.clear()
+
+    def tools_now() -> dict[str, Tool]:
+        tools = {t.spec.name: t for t in view}
+        for t in chain.tools(state):
+            if t.spec.name in tools:
+                raise ValueError(f"two tools are named {t.spec.name!r}")
+            tools[t.spec.name] = t
+        return tools
+
+    turns = sum(1 for m in state.messages[start_index:] if m.role == "assistant")
+    unfinished = pending_calls(state.messages)
+    if unfinished:
+        await run_batch(unfinished, tools_now())
+        await emit(TurnFinished(turns))
+    while True:
+        if turns >= settings.max_turns:
+            return LoopOutcome(
+                RunStatus.FAILED,
+                stop_reason,
+                f"max_turns ({settings.max_turns}) reached",
+                usage,
+                turns,
+            )
+        tools = tools_now()
+        request = Request(
+            model=settings.model,
+            messages=tuple(state.messages),
+            system=settings.system,
+            tools=tuple(t.spec for t in tools.values()),
+            max_tokens=settings.max_tokens,
+        )
+        with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
+            response = await chain.model_call(ModelRequest(request, state), call_model)
+            turns += 1
+            usage += response.usage
+            stop_reason = response.stop_reason
+            state.messages.append(response.message)
+            await emit(MessageCompleted(response.message, response.stop_reason, response.usage))
+            calls = response.message.tool_uses
+            if not calls and stop_reason is not StopReason.PAUSE_TURN:
+                # The runner saves this message together with the final status, atomically.
+                return LoopOutcome(RunStatus.COMPLETED, stop_reason, None, usage, turns)
+            await checkpoint(state)
+            if calls:
+                await run_batch(calls, tools)
+            await emit(TurnFinished(turns))
+
+
+def _add_result(messages: list[Message], result: ToolResultBlock) -> None:
+    """Add ``result`` to the user message that answers the last assistant message, creating it
+    on the first result, so a batch is always answered by ONE message."""
+    last = messages[-1]
+    if last.role == "user" and last.tool_results:
+        messages[-1] = Message("user", (*last.content, result))
+    else:
+        messages.append(Message("user", (result,)))

@@ -1,0 +1,109 @@
+"""The middleware contract: a marker protocol plus five optional capability protocols.
+
+A middleware is any object with a ``name``. What it can do is discovered ONCE, when the chain
+is built, by ``isinstance`` against these runtime-checkable protocols:
+
+==================  =====================================================================
+capability          method
+==================  =====================================================================
+ModelWrapper        ``async wrap_model_call(req: ModelRequest, next: ModelHandler) -> ModelResponse``
+ToolWrapper         ``async wrap_tool_call(req: ToolCallRequest, next: ToolHandler) -> ToolResult``
+RunHook             ``async before_run(state: State) -> None``
+ToolProvider        ``provide_tools(state: State) -> Sequence[Tool]``
+PromptContributor   ``system_blocks(state: State) -> Sequence[TextBlock]``
+==================  =====================================================================
+
+Wrappers form an onion (index 0 outermost). A wrapper may call ``next`` once (pass through,
+possibly with a request rewritten by ``attrs.evolve``), more than once (retry) or never
+(short-circuit). Requests are frozen, so a rewrite affects that one call and never the
+persisted history. Per-run data belongs in ``State`` (``load_private`` / ``store_private``),
+never on ``self``: one middleware instance may serve many runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from attrs import field, frozen
+
+from hango.agent.state import State
+from hango.provider.messages import Request, TextBlock, ToolUseBlock
+from hango.provider.model import ModelResponse
+from hango.tool.base import Tool, ToolResult
+
+
+@frozen
+class ModelRequest:
+    """One model call as the chain sees it.
+
+    ``request.system`` is already assembled (agent blocks, then contributors' blocks in chain
+    order). ``system_ends`` maps each middleware name to the index in ``request.system`` of the
+    last block contributed at or before that middleware (-1 when there is none): a prompt-cache
+    middleware places its breakpoint on that index, and anything a later contributor adds lands
+    at a higher one.
+    """
+
+    request: Request
+    state: State
+    system_ends: Mapping[str, int] = field(factory=dict)
+
+
+@frozen
+class ToolCallRequest:
+    """One tool call as the chain sees it; ``tool`` is None for a name no tool answers to."""
+
+    call: ToolUseBlock
+    tool: Tool | None
+    state: State
+
+
+ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
+ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+
+
+@runtime_checkable
+class Middleware(Protocol):
+    """Marker: a middleware has a unique ``name`` (its slot in ``STACK_ORDER``)."""
+
+    name: str
+
+
+@runtime_checkable
+class ModelWrapper(Protocol):
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse: ...
+
+
+@runtime_checkable
+class ToolWrapper(Protocol):
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult: ...
+
+
+@runtime_checkable
+class RunHook(Protocol):
+    async def before_run(self, state: State) -> None: ...
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    def provide_tools(self, state: State) -> Sequence[Tool]: ...
+
+
+@runtime_checkable
+class PromptContributor(Protocol):
+    def system_blocks(self, state: State) -> Sequence[TextBlock]: ...
+
+
+#: Capability protocols in documentation order, with the names ``hango plugins`` prints.
+CAPABILITIES: tuple[tuple[str, type], ...] = (
+    ("model_wrapper", ModelWrapper),
+    ("tool_wrapper", ToolWrapper),
+    ("run_hook", RunHook),
+    ("tool_provider", ToolProvider),
+    ("prompt_contributor", PromptContributor),
+)
+
+
+def capabilities(mw: object) -> tuple[str, ...]:
+    """The capability names ``mw`` implements."""
+    return tuple(name for name, proto in CAPABILITIES if isinstance(mw, proto))

@@ -1,0 +1,65 @@
+"""Messages, requests, stream events, the Model protocol and model providers."""
+
+from hango.provider.events import (
+    MessageStop,
+    RedactedThinking,
+    SignatureDelta,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
+from hango.provider.messages import (
+    JSON,
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    Role,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    Usage,
+)
+from hango.provider.model import Accumulator, Model, ModelError, ModelResponse, accumulate
+from hango.provider.scripted import ScriptedModel, ScriptError
+from hango.provider.select import ModelSpecError, model_from_spec
+
+__all__ = [
+    "JSON",
+    "Accumulator",
+    "Block",
+    "Message",
+    "MessageStop",
+    "Model",
+    "ModelError",
+    "ModelResponse",
+    "ModelSpecError",
+    "RedactedThinking",
+    "RedactedThinkingBlock",
+    "Request",
+    "Role",
+    "ScriptError",
+    "ScriptedModel",
+    "SignatureDelta",
+    "StopReason",
+    "StreamEvent",
+    "TextBlock",
+    "TextDelta",
+    "ThinkingBlock",
+    "ThinkingDelta",
+    "ToolInputDelta",
+    "ToolResultBlock",
+    "ToolSpec",
+    "ToolUseBlock",
+    "ToolUseStart",
+    "ToolUseStop",
+    "Usage",
+    "accumulate",
+    "model_from_spec",
+]

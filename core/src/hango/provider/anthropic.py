@@ -1,0 +1,302 @@
+"""``AnthropicModel``: the Anthropic Messages API, streamed, on the official ``anthropic`` SDK.
+
+Needs the ``hango[anthropic]`` extra; importing this module without it raises
+``ModelSpecError`` saying what to install (``model_from_spec`` imports it only for
+``anthropic:NAME``).
+
+Request mapping (https://platform.claude.com/docs/en/api/messages):
+
+- ``Request.system`` is sent as a list of text blocks, never a string, and each block's
+  ``cache_control`` is sent on exactly that block, so a cache breakpoint lands on the index where
+  a middleware put it (https://platform.claude.com/docs/en/build-with-claude/prompt-caching).
+  ``cache_control`` on a message text block is sent the same way.
+- Blocks map one to one and in order: text, ``tool_use`` (id, name, input), ``tool_result``
+  (tool_use_id, content, is_error), and ``thinking`` (with its signature) and
+  ``redacted_thinking`` sent back verbatim, as a tool-use continuation must
+  (https://platform.claude.com/docs/en/build-with-claude/extended-thinking). A tool call whose
+  arguments were not valid JSON (``ToolUseBlock.input`` is the raw ``str``) is sent with
+  ``input: {}``: the API takes only an object there, and the paired error result explains it.
+- Tools are ``{name, description, input_schema}``; ``temperature`` and ``stop_sequences`` are
+  sent when set; ``thinking`` is the constructor's extended-thinking config.
+
+Stream mapping (https://platform.claude.com/docs/en/build-with-claude/streaming):
+``message_start`` gives the first usage; ``content_block_start`` opens a block (``tool_use`` ->
+``ToolUseStart``, ``redacted_thinking`` -> ``RedactedThinking``); ``content_block_delta`` carries
+``text_delta`` -> ``TextDelta``, ``input_json_delta`` -> ``ToolInputDelta`` (raw pieces, parsed
+by the accumulator), ``thinking_delta`` -> ``ThinkingDelta``, ``signature_delta`` ->
+``SignatureDelta``; ``content_block_stop`` of a tool block -> ``ToolUseStop``;
+``message_delta`` carries the stop reason and CUMULATIVE usage (its fields replace the earlier
+ones); ``message_stop`` -> ``MessageStop``. Server-tool blocks and citations have no hango
+counterpart and are skipped. Stop reasons keep their names;
+``model_context_window_exceeded`` is reported as ``max_tokens``
+(https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons).
+
+Errors (https://platform.claude.com/docs/en/api/errors): 429, 529 and other 5xx, connection
+errors, and an ``overloaded_error`` / ``rate_limit_error`` / ``api_error`` event arriving in the
+stream before any content are retried (see ``hango.provider.retry``); anything else raises
+``ModelError`` with the API's own message. The SDK's own retries are switched off so these are
+the only ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Final, cast
+
+from hango.provider.select import ModelSpecError
+
+try:
+    import anthropic
+    from anthropic import types as sdk
+except ImportError as exc:  # the SDK is the optional extra
+    raise ModelSpecError(
+        "anthropic models need the anthropic extra: pip install 'hango[anthropic]'"
+    ) from exc
+
+from hango.provider.events import (
+    MessageStop,
+    RedactedThinking,
+    SignatureDelta,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
+from hango.provider.messages import (
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    Usage,
+)
+from hango.provider.retry import (
+    Failure,
+    RetryPolicy,
+    is_transient_status,
+    retry_after_seconds,
+    stream_with_retries,
+)
+
+_STOP_REASONS: Final[Mapping[str, StopReason]] = {
+    **{reason.value: reason for reason in StopReason},
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+}
+
+# An error event inside a 200 stream has no status of its own; these are the statuses the same
+# error types have as HTTP responses, so the retry policy treats both alike.
+_STREAM_ERROR_STATUS: Final[Mapping[str, int]] = {
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
+class AnthropicModel:
+    """A ``Model`` on the Anthropic Messages API.
+
+    ``client`` is an ``anthropic.AsyncAnthropic`` (a copy with the SDK's retries off is used).
+    ``name`` is the model id, used when ``Request.model`` is empty. ``max_retries`` further
+    attempts follow a transient failure, the first after ``base_delay`` seconds, doubling.
+    ``thinking`` is sent as the API's ``thinking`` parameter, e.g.
+    ``{"type": "enabled", "budget_tokens": 1024}``.
+    """
+
+    provider_name: Final = "anthropic"
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        name: str,
+        *,
+        max_retries: int = 4,
+        base_delay: float = 1.0,
+        thinking: sdk.ThinkingConfigParam | None = None,
+    ) -> None:
+        self._client = client.with_options(max_retries=0)
+        self.name = name
+        self.thinking = thinking
+        self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
+
+    @classmethod
+    def from_env(cls, name: str, base_url: str | None = None) -> AnthropicModel:
+        """Build from ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``, or an SDK profile).
+
+        ``base_url`` (else ``ANTHROPIC_BASE_URL``) points at another Messages endpoint.
+        Raises ``ModelSpecError`` when no credential is found.
+        """
+        client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0)
+        if client.api_key is None and client.auth_token is None and client.credentials is None:
+            raise ModelSpecError(f"anthropic:{name} needs an API key: set ANTHROPIC_API_KEY")
+        return cls(client, name)
+
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        """Stream one Messages call as hango events; raises ``ModelError`` (see module doc)."""
+        return stream_with_retries(lambda: self._attempt(request), self.retry, _explain)
+
+    async def _attempt(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        anthropic_stream = await self._client.messages.create(
+            model=request.model or self.name,
+            max_tokens=request.max_tokens,
+            messages=[_message(m) for m in request.messages],
+            system=[_text(b) for b in request.system] if request.system else anthropic.omit,
+            tools=[_tool(t) for t in request.tools] if request.tools else anthropic.omit,
+            stop_sequences=list(request.stop_sequences) or anthropic.omit,
+            thinking=anthropic.omit if self.thinking is None else self.thinking,
+            # The SDK has no ``temperature`` argument any more; the API still reads the field.
+            extra_body=None if request.temperature is None else {"temperature": request.temperature},
+            stream=True,
+        )
+        # ``async with``: leaving early (cancellation, a closed generator) closes the HTTP stream.
+        async with anthropic_stream:
+            mapper = _StreamMapper()
+            async for raw in anthropic_stream:
+                for event in mapper.map(raw):
+                    yield event
+
+
+def _text(block: TextBlock) -> sdk.TextBlockParam:
+    param: sdk.TextBlockParam = {"type": "text", "text": block.text}
+    if block.cache_control is not None:
+        param["cache_control"] = cast(sdk.CacheControlEphemeralParam, dict(block.cache_control))
+    return param
+
+
+def _block(block: Block) -> sdk.ContentBlockParam:
+    match block:
+        case TextBlock():
+            return _text(block)
+        case ToolUseBlock(id=id_, name=name, input=arguments):
+            params = dict(arguments) if isinstance(arguments, Mapping) else {}
+            return {"type": "tool_use", "id": id_, "name": name, "input": params}
+        case ToolResultBlock(tool_use_id=tool_use_id, content=content, is_error=is_error):
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_use_id,
+                "content": content,
+                "is_error": is_error,
+            }
+        case ThinkingBlock(thinking=thinking, signature=signature):
+            return {"type": "thinking", "thinking": thinking, "signature": signature}
+        case RedactedThinkingBlock(data=data):
+            return {"type": "redacted_thinking", "data": data}
+
+
+def _message(message: Message) -> sdk.MessageParam:
+    content = [_block(b) for b in message.content]
+    if message.role == "user":
+        return {"role": "user", "content": content}
+    return {"role": "assistant", "content": content}
+
+
+def _tool(spec: ToolSpec) -> sdk.ToolParam:
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": dict(spec.input_schema),
+    }
+
+
+def _usage(usage: sdk.Usage | sdk.MessageDeltaUsage, base: Usage) -> Usage:
+    """``base`` with every count ``usage`` reports; a delta's counts are cumulative totals, and
+    a count it leaves out (older API versions send only ``output_tokens``) keeps its value."""
+
+    def count(reported: int | None, known: int) -> int:
+        return known if reported is None else reported
+
+    return Usage(
+        input_tokens=count(usage.input_tokens, base.input_tokens),
+        output_tokens=usage.output_tokens,
+        cache_read_input_tokens=count(usage.cache_read_input_tokens, base.cache_read_input_tokens),
+        cache_creation_input_tokens=count(
+            usage.cache_creation_input_tokens, base.cache_creation_input_tokens
+        ),
+    )
+
+
+class _StreamMapper:
+    """Turns the SDK's raw stream events into hango events, one SSE event at a time."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.stop_reason = StopReason.END_TURN
+        self.tool_blocks: set[int] = set()
+
+    def map(self, raw: sdk.RawMessageStreamEvent) -> list[StreamEvent]:
+        match raw:
+            case sdk.RawMessageStartEvent(message=message):
+                self.usage = _usage(message.usage, self.usage)
+            case sdk.RawContentBlockStartEvent(index=i, content_block=block):
+                return self._start(i, block)
+            case sdk.RawContentBlockDeltaEvent(index=i, delta=delta):
+                return _delta(i, delta)
+            case sdk.RawContentBlockStopEvent(index=i) if i in self.tool_blocks:
+                return [ToolUseStop(i)]
+            case sdk.RawMessageDeltaEvent(delta=delta, usage=usage):
+                if delta.stop_reason is not None:
+                    self.stop_reason = _STOP_REASONS.get(delta.stop_reason, StopReason.END_TURN)
+                self.usage = _usage(usage, self.usage)
+            case sdk.RawMessageStopEvent():
+                return [MessageStop(self.stop_reason, self.usage)]
+        return []
+
+    def _start(self, i: int, block: sdk.ContentBlock) -> list[StreamEvent]:
+        # A start carries the block's initial content: empty for text and thinking (their
+        # deltas follow), complete for redacted thinking, id and name for a tool call.
+        match block:
+            case sdk.ToolUseBlock(id=id_, name=name):
+                self.tool_blocks.add(i)
+                return [ToolUseStart(i, id_, name)]
+            case sdk.RedactedThinkingBlock(data=data):
+                return [RedactedThinking(i, data)]
+            case sdk.TextBlock(text=text) if text:
+                return [TextDelta(i, text)]
+            case sdk.ThinkingBlock(thinking=thinking, signature=signature):
+                events: list[StreamEvent] = []
+                if thinking:
+                    events.append(ThinkingDelta(i, thinking))
+                if signature:
+                    events.append(SignatureDelta(i, signature))
+                return events
+        return []
+
+
+def _delta(i: int, delta: sdk.RawContentBlockDelta) -> list[StreamEvent]:
+    match delta:
+        case sdk.TextDelta(text=text):
+            return [TextDelta(i, text)]
+        case sdk.InputJSONDelta(partial_json=piece):
+            return [ToolInputDelta(i, piece)]
+        case sdk.ThinkingDelta(thinking=thinking):
+            return [ThinkingDelta(i, thinking)]
+        case sdk.SignatureDelta(signature=signature):
+            return [SignatureDelta(i, signature)]
+    return []
+
+
+def _explain(exc: Exception) -> Failure | None:
+    if isinstance(exc, anthropic.APIStatusError):
+        in_stream = exc.status_code == 200
+        status = _STREAM_ERROR_STATUS.get(exc.type or "", 0) if in_stream else exc.status_code
+        where = "in stream" if in_stream else f"HTTP {exc.status_code}"
+        # A 429 for a reached spend limit stays a 429 until the limit changes: do not wait.
+        spent = exc.error_code == "enforced_spend_limit_reached"
+        return Failure(
+            f"anthropic {exc.type or 'error'} ({where}): {exc.api_message or exc.message}",
+            transient=is_transient_status(status) and not spent,
+            status=status or None,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, anthropic.APIConnectionError):
+        return Failure(f"anthropic: {exc.message}", transient=True)
+    if isinstance(exc, anthropic.AnthropicError):
+        return Failure(f"anthropic: {exc}", transient=False)
+    return None
+

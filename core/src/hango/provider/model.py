@@ -1,0 +1,139 @@
+"""The ``Model`` protocol and the accumulator that turns a stream into one response."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from attrs import frozen
+
+from hango.provider.events import (
+    MessageStop,
+    RedactedThinking,
+    SignatureDelta,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
+from hango.provider.messages import (
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+
+
+class ModelError(Exception):
+    """A model call failed for good (after any retries); the message is the provider's own."""
+
+
+@frozen
+class ModelResponse:
+    """The assistant message of one model call, its stop reason and its usage."""
+
+    message: Message
+    stop_reason: StopReason
+    usage: Usage
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model provider. ``stream`` yields the events of one call (see ``hango.provider.events``)
+    and ends with one ``MessageStop``. It raises ``ModelError`` for a failed call."""
+
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
+
+
+class _Part:
+    """One content block being built: its kind, text pieces and, for tool calls, id and name."""
+
+    __slots__ = ("id", "kind", "name", "pieces", "signature")
+
+    def __init__(self, kind: str, id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.id = id
+        self.name = name
+        self.pieces: list[str] = []
+        self.signature: list[str] = []
+
+    def block(self) -> Block:
+        text = "".join(self.pieces)
+        if self.kind == "text":
+            return TextBlock(text)
+        if self.kind == "thinking":
+            return ThinkingBlock(text, "".join(self.signature))
+        if self.kind == "redacted":
+            return RedactedThinkingBlock(text)
+        return ToolUseBlock(self.id, self.name, _decode_arguments(text))
+
+
+class Accumulator:
+    """Builds a ``ModelResponse`` from stream events fed one at a time with ``add``.
+
+    Tool arguments are concatenated JSON pieces parsed when the response is built; text that is
+    not valid JSON is kept as the raw string on ``ToolUseBlock.input`` (see its docstring).
+    """
+
+    __slots__ = ("_parts", "_stop")
+
+    def __init__(self) -> None:
+        self._parts: dict[int, _Part] = {}
+        self._stop: MessageStop | None = None
+
+    def _part(self, index: int, kind: str) -> _Part:
+        part = self._parts.get(index)
+        if part is None:
+            part = self._parts[index] = _Part(kind)
+        return part
+
+    def add(self, event: StreamEvent) -> None:
+        match event:
+            case TextDelta(index=i, text=text):
+                self._part(i, "text").pieces.append(text)
+            case ThinkingDelta(index=i, thinking=text):
+                self._part(i, "thinking").pieces.append(text)
+            case SignatureDelta(index=i, signature=sig):
+                self._part(i, "thinking").signature.append(sig)
+            case RedactedThinking(index=i, data=data):
+                self._part(i, "redacted").pieces.append(data)
+            case ToolUseStart(index=i, id=id_, name=name):
+                self._parts[i] = _Part("tool", id_, name)
+            case ToolInputDelta(index=i, partial_json=piece):
+                self._part(i, "tool").pieces.append(piece)
+            case MessageStop():
+                self._stop = event
+            case ToolUseStop():
+                pass
+
+    def response(self) -> ModelResponse:
+        """The accumulated response; raises ``ModelError`` if the stream had no ``MessageStop``."""
+        if self._stop is None:
+            raise ModelError("model stream ended without a message stop")
+        blocks = tuple(part.block() for _, part in sorted(self._parts.items()))
+        return ModelResponse(Message("assistant", blocks), self._stop.stop_reason, self._stop.usage)
+
+
+def _decode_arguments(raw: str) -> object:
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+async def accumulate(stream: AsyncIterable[StreamEvent]) -> ModelResponse:
+    """Drain ``stream`` into one ``ModelResponse``."""
+    acc = Accumulator()
+    async for event in stream:
+        acc.add(event)
+    return acc.response()

@@ -1,0 +1,46 @@
+"""Turn a model spec string (``scripted:PATH``, ``anthropic:NAME``, ``openai:NAME``) into a Model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hango.provider.model import Model
+
+
+class ModelSpecError(ValueError):
+    """A model spec names no known provider, or its provider cannot be set up (missing extra
+    or API key); the message is one line saying what to set or install."""
+
+
+def model_from_spec(
+    spec: str, *, base_dir: Path | None = None, base_url: str | None = None
+) -> Model:
+    """Build the Model named by ``spec``.
+
+    ``scripted:PATH`` is resolved against ``base_dir`` (the agent file's folder) when relative.
+    ``base_url`` points an ``openai:`` model at any OpenAI-compatible server.
+    Raises ``ModelSpecError`` (and ``ScriptError`` for a malformed script).
+    """
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ModelSpecError(
+            f"model {spec!r} must look like scripted:PATH, anthropic:NAME or openai:NAME"
+        )
+    if kind == "scripted":
+        from hango.provider.scripted import ScriptedModel
+
+        path = Path(rest)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return ScriptedModel.from_file(path)
+    if kind == "anthropic":
+        from hango.provider.anthropic import AnthropicModel
+
+        return AnthropicModel.from_env(rest, base_url=base_url)
+    if kind == "openai":
+        from hango.provider.openai import OpenAIChatModel
+
+        return OpenAIChatModel.from_env(rest, base_url=base_url)
+    raise ModelSpecError(
+        f"unknown model provider {kind!r} in {spec!r} (scripted, anthropic, openai)"
+    )

@@ -1,0 +1,88 @@
+"""Terminal rendering of a run's events (rich): streamed text, compact tool calls, the plan."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+from hango.agent.events import (
+    Event,
+    MessageCompleted,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    TodosUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from hango.agent.state import Todo
+from hango.provider.events import TextDelta
+
+_MARKS = {"completed": ("[x]", "green"), "in_progress": ("[>]", "yellow"), "pending": ("[ ]", "")}
+
+
+def _clip(text: str, width: int = 96) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def checklist(todos: Sequence[Todo]) -> Text:
+    """The plan as a checklist, one line per todo."""
+    out = Text()
+    done = sum(t.status == "completed" for t in todos)
+    out.append(f"Plan ({done}/{len(todos)} done)\n", style="bold")
+    for t in todos:
+        mark, style = _MARKS[t.status]
+        out.append(f"  {mark} {t.content}\n", style=style)
+    return out
+
+
+class Renderer:
+    """Prints events as they arrive; call ``event`` for each."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._in_text = False
+
+    def _end_text(self) -> None:
+        if self._in_text:
+            self.console.print()
+            self._in_text = False
+
+    async def event(self, event: Event) -> None:
+        c = self.console
+        match event:
+            case RunStarted(run_id=run_id, resumed=resumed):
+                verb = "resuming" if resumed else "run"
+                c.print(Text(f"{verb} {run_id}", style="dim"))
+            case TextDelta(text=text):
+                c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+                self._in_text = True
+            case MessageCompleted():
+                self._end_text()
+            case ToolCallStarted(call=call):
+                self._end_text()
+                args = json.dumps(call.input, ensure_ascii=False) if isinstance(
+                    call.input, dict
+                ) else repr(call.input)
+                c.print(Text(f"→ {call.name} {_clip(args, 80)}", style="cyan"))
+            case ToolCallFinished(result=result):
+                style = "red" if result.is_error else "dim"
+                prefix = "  ✗ " if result.is_error else "  ← "
+                c.print(Text(prefix + _clip(result.content), style=style))
+            case TodosUpdated(todos=todos):
+                c.print(checklist(todos))
+            case RunFinished(status=status, error=error, usage=usage):
+                self._end_text()
+                style = "green" if status is RunStatus.COMPLETED else "red"
+                tail = f": {error}" if error else ""
+                c.print(
+                    Text(
+                        f"{status.value}{tail} "
+                        f"({usage.input_tokens} in / {usage.output_tokens} out tokens)",
+                        style=style,
+                    )
+                )

@@ -1,0 +1,268 @@
+"""Run one run: load its state and history, build the stack, loop, save at every boundary.
+
+``Harness`` is the entry point Python callers and the CLI use::
+
+    async with await open_store("sqlite:///.hango/hango.db") as store:
+        harness = Harness(store)
+        run = await harness.start(AgentDefinition.from_file("agent.toml"), "hello")
+        async with harness.stream(run.id) as events:
+            async for event in events:
+                ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+
+import anyio
+from opentelemetry.trace import SpanKind
+
+from hango import telemetry
+from hango.agent.chain import Chain
+from hango.agent.definition import AgentDefinition
+from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
+from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
+from hango.agent.middleware import Middleware
+from hango.agent.stack import StackConfig, default_stack
+from hango.agent.state import State, StateError, dump_state, load_state
+from hango.config import DEFAULT_TENANT, hango_settings
+from hango.plugins import PluginManager, make_plugin_manager
+from hango.provider.messages import Message, StopReason, Usage
+from hango.provider.model import Model, ModelError
+from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
+
+StackFactory = Callable[[StackConfig], Sequence[Middleware]]
+
+
+class RunNotResumable(StoreError):
+    """The run has already completed."""
+
+
+async def _discard(_: Event) -> None:
+    return None
+
+
+class Harness:
+    """Starts and executes runs against one store.
+
+    ``stack`` builds the middleware list from a ``StackConfig`` (default: ``default_stack`` over
+    the installed plugins); ``model`` overrides every agent's model (tests, ``--model``);
+    ``settings`` are the ``HANGO_*`` settings plugins read (default: the environment).
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        *,
+        tenant_id: uuid.UUID = DEFAULT_TENANT,
+        stack: StackFactory | None = None,
+        plugins: PluginManager | None = None,
+        model: Model | None = None,
+        model_spec: str | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.tenant_id = tenant_id
+        self.model = model
+        self.model_spec = model_spec
+        self.settings = dict(hango_settings() if settings is None else settings)
+        if stack is None:
+            pm = plugins if plugins is not None else make_plugin_manager(env=self.settings)
+            stack = lambda config: default_stack(config, pm)  # noqa: E731
+        self.stack = stack
+
+    async def start(
+        self,
+        agent: AgentDefinition,
+        message: str,
+        *,
+        session_id: uuid.UUID | None = None,
+        status: RunStatus = RunStatus.RUNNING,
+    ) -> RunRecord:
+        """Record a new run of ``agent`` with the user ``message`` (in a new session unless
+        ``session_id`` continues one). ``status=QUEUED`` leaves it for a worker."""
+        record = await self.store.put_agent(self.tenant_id, agent.name, agent.to_json())
+        return await self.store.create_run(
+            self.tenant_id, record.id, Message.user(message), session_id=session_id, status=status
+        )
+
+    async def run(
+        self,
+        agent: AgentDefinition,
+        message: str,
+        *,
+        session_id: uuid.UUID | None = None,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+    ) -> RunFinished:
+        """``start`` then ``execute``."""
+        run = await self.start(agent, message, session_id=session_id)
+        return await self.execute(run.id, emit=emit)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, run_id: uuid.UUID) -> AsyncIterator[AsyncIterator[Event]]:
+        """Execute ``run_id`` in a task; yields an async iterator of its events, ending after
+        ``RunFinished``. Leaving the block early cancels the run (it is saved as cancelled)."""
+        send, receive = anyio.create_memory_object_stream[Event](64)
+
+        async def produce() -> None:
+            async with send:
+                await self.execute(run_id, emit=send.send)
+
+        async with anyio.create_task_group() as tg, receive:
+            tg.start_soon(produce)
+            yield receive
+            tg.cancel_scope.cancel()
+
+    async def execute(
+        self, run_id: uuid.UUID, *, emit: Callable[[Event], Awaitable[None]] = _discard
+    ) -> RunFinished:
+        """Run (or resume) ``run_id`` to its end and return how it finished.
+
+        Raises ``NotFound`` and ``RunNotResumable``. A model error, a malformed stored state or a
+        middleware error ends the run as failed (saved, with the error). Cancellation saves the
+        run as cancelled, then propagates.
+        """
+        run = await self.store.get_run(self.tenant_id, run_id)
+        if run.status is RunStatus.COMPLETED:
+            raise RunNotResumable(f"run {run_id} already completed")
+        resumed = run.version > 0
+        agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
+        agent = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
+        saver = _Saver(self.store, run)
+        try:
+            state = _initial_state(run)
+        except StateError as exc:
+            # Keep the stored state as it is: the run fails, nothing is lost.
+            await saver.mark_failed(str(exc))
+            finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
+            await emit(finished)
+            return finished
+        state.messages = await self.store.load_messages(self.tenant_id, run.session_id)
+        saver.saved = list(state.messages)
+
+        async def checkpoint(_: State) -> None:
+            await saver.save(state, RunStatus.RUNNING)
+
+        config = StackConfig(
+            tool_allowlist=None
+            if agent.tool_allowlist is None
+            else frozenset(agent.tool_allowlist),
+            settings=self.settings,
+        )
+        with telemetry.tracer.start_as_current_span(
+            f"invoke_agent {agent.name}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": agent.name,
+                "gen_ai.agent.id": str(run.agent_id),
+                "gen_ai.conversation.id": str(run.session_id),
+                "hango.run.id": str(run_id),
+            },
+        ) as span:
+            try:
+                chain = Chain.build(self.stack(config))
+                span.add_event(telemetry.MIDDLEWARE_STACK, {"hango.middleware.names": chain.names})
+                model = self.model or agent.build_model(self.model_spec)
+                view = agent.load_tools().view(agent.tool_allowlist)
+                await checkpoint(state)
+                await emit(RunStarted(run_id, run.session_id, resumed))
+                await chain.before_run(state)
+                await checkpoint(state)
+                outcome = await run_loop(
+                    state,
+                    chain=chain,
+                    model=model,
+                    view=view,
+                    settings=LoopSettings(
+                        agent.model, agent.system_blocks, agent.max_turns, agent.max_tokens
+                    ),
+                    emit=emit,
+                    checkpoint=checkpoint,
+                    start_index=run.message_start,
+                )
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await saver.save(state, RunStatus.CANCELLED, error="cancelled")
+                raise
+            except Exception as exc:
+                error = (
+                    str(exc)
+                    if isinstance(exc, ModelError | StateError)
+                    else (f"{type(exc).__name__}: {exc}")
+                )
+                outcome = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
+                if isinstance(exc, StaleVersion):
+                    raise  # another writer owns this run now; saving again would fail too
+                with anyio.CancelScope(shield=True):
+                    await saver.save(state, RunStatus.FAILED, error=error)
+            else:
+                await saver.save(
+                    state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
+                )
+            finished = RunFinished(
+                run_id, outcome.status, outcome.stop_reason, outcome.error, outcome.usage
+            )
+            await emit(finished)
+            return finished
+
+
+class _Saver:
+    """Saves one run: tracks its version and the history as last saved, so each save writes
+    only the messages from the first one that changed."""
+
+    def __init__(self, store: RunStore, run: RunRecord) -> None:
+        self.store = store
+        self.run = run
+        self.version = run.version
+        self.saved: list[Message] = []
+
+    async def save(
+        self,
+        state: State,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stop_reason: StopReason | None = None,
+    ) -> None:
+        current = state.messages
+        first = _first_change(self.saved, current)
+        self.version = await self.store.save_run(
+            self.run.tenant_id,
+            self.run.id,
+            version=self.version,
+            status=status,
+            state=dump_state(state),
+            messages=current[first:],
+            from_index=first,
+            error=error,
+            stop_reason=stop_reason,
+        )
+        self.saved = list(current)
+
+    async def mark_failed(self, error: str) -> None:
+        self.version = await self.store.save_run(
+            self.run.tenant_id,
+            self.run.id,
+            version=self.version,
+            status=RunStatus.FAILED,
+            state=None,
+            error=error,
+        )
+
+
+def _initial_state(run: RunRecord) -> State:
+    if run.state == {}:
+        return State(run.id, run.session_id, run.agent_id, run.tenant_id)
+    return load_state(run.state)
+
+
+def _first_change(saved: list[Message], current: list[Message]) -> int:
+    """Index of the first message that differs (messages are immutable, so identity suffices)."""
+    n = min(len(saved), len(current))
+    for i in range(n):
+        if saved[i] is not current[i]:
+            return i
+    return n

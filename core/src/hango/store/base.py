@@ -1,0 +1,151 @@
+"""The ``RunStore`` protocol: agents, sessions, runs and messages, every query scoped by tenant.
+
+Two back ends implement it with the same behaviour and the same contract tests: SQLite
+(``hango.store.sqlite``, the embedded default) and PostgreSQL (``hango.store.postgres``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from attrs import frozen
+
+from hango.agent.events import RunStatus
+from hango.provider.messages import JSON, Message, StopReason
+
+#: Statuses a run can be resumed from.
+RESUMABLE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED})
+
+
+class StoreError(Exception):
+    """Base class of store failures."""
+
+
+class NotFound(StoreError):
+    """No such agent, session or run for this tenant (another tenant's ids are invisible)."""
+
+
+class StaleVersion(StoreError):
+    """A save carried a version older than the run's: another writer saved in between.
+
+    Nothing was written."""
+
+
+class SessionBusy(StoreError):
+    """A session already has a queued or running run."""
+
+
+class SchemaError(StoreError):
+    """The database schema is not one this code can use (for example, newer than the code)."""
+
+
+@frozen
+class AgentRecord:
+    """An immutable agent version: ``definition`` is the agent file as a JSON object."""
+
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    name: str
+    definition: dict[str, Any]
+
+
+@frozen
+class RunRecord:
+    """A run row. ``message_start`` is the session index of the run's user message;
+    ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode);
+    ``version`` increments on every save."""
+
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    session_id: uuid.UUID
+    agent_id: uuid.UUID
+    status: RunStatus
+    error: str | None
+    stop_reason: StopReason | None
+    message_start: int
+    version: int
+    state: JSON
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class RunStore(Protocol):
+    """Persistence of runs. All methods are async; ids are UUIDs; every call takes the tenant."""
+
+    async def put_agent(
+        self, tenant_id: uuid.UUID, name: str, definition: dict[str, Any]
+    ) -> AgentRecord:
+        """Store an agent version (idempotent: the same definition gives the same id)."""
+        ...
+
+    async def get_agent(self, tenant_id: uuid.UUID, agent_id: uuid.UUID) -> AgentRecord:
+        """Raises ``NotFound``."""
+        ...
+
+    async def create_run(
+        self,
+        tenant_id: uuid.UUID,
+        agent_id: uuid.UUID,
+        message: Message,
+        *,
+        session_id: uuid.UUID | None = None,
+        status: RunStatus = RunStatus.RUNNING,
+    ) -> RunRecord:
+        """Create a run (and a new session unless ``session_id`` is given) and append its user
+        ``message`` to the session. Its state_json starts as ``{}`` (no state saved yet).
+
+        Raises ``NotFound`` for an unknown session and ``SessionBusy`` when the session has a
+        queued or running run.
+        """
+        ...
+
+    async def get_run(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> RunRecord:
+        """Raises ``NotFound``."""
+        ...
+
+    async def list_runs(
+        self, tenant_id: uuid.UUID, *, limit: int = 50, session_id: uuid.UUID | None = None
+    ) -> list[RunRecord]:
+        """Newest first."""
+        ...
+
+    async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
+        """The session's history in order. Raises ``StoreError`` naming the row of a message
+        that does not decode."""
+        ...
+
+    async def save_run(
+        self,
+        tenant_id: uuid.UUID,
+        run_id: uuid.UUID,
+        *,
+        version: int,
+        status: RunStatus,
+        state: dict[str, Any] | None,
+        messages: Sequence[Message] = (),
+        from_index: int | None = None,
+        error: str | None = None,
+        stop_reason: StopReason | None = None,
+    ) -> int:
+        """Atomically: set status, error, stop reason and state_json, and replace the session's
+        messages from index ``from_index`` on with ``messages``. Returns the new version.
+        ``state=None`` leaves state_json as it is and ``from_index=None`` leaves the messages
+        (so a run whose stored state is corrupt can be marked failed without losing it).
+
+        Raises ``StaleVersion`` (writing nothing) when the run's version is not ``version``.
+        """
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def agent_id_for(tenant_id: uuid.UUID, canonical_definition: str) -> uuid.UUID:
+    """The id of an agent version: a UUID5 of the tenant and the canonical JSON definition."""
+    return uuid.uuid5(tenant_id, canonical_definition)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,341 @@
+"""``SqliteRunStore``: the embedded default store, one SQLite file (stdlib ``sqlite3``).
+
+Calls run in a worker thread, one at a time on one connection (WAL mode), so the event loop
+never blocks on disk and writes never interleave.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from hango.agent.events import RunStatus
+from hango.convert import message_from_json, message_to_json
+from hango.provider.messages import Message, StopReason
+from hango.store import migrate
+from hango.store.base import (
+    AgentRecord,
+    NotFound,
+    RunRecord,
+    SessionBusy,
+    StaleVersion,
+    StoreError,
+    agent_id_for,
+    utcnow,
+)
+
+T = TypeVar("T")
+
+_RUN_COLUMNS = (
+    "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
+    "state_json, created_at, updated_at"
+)
+
+
+def sqlite_path(url: str) -> Path:
+    """The file of a ``sqlite:///PATH`` URL (relative PATH is relative to the working dir)."""
+    if not url.startswith("sqlite:///"):
+        raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///PATH)")
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def _decode_state(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _run(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        id=uuid.UUID(row["id"]),
+        tenant_id=uuid.UUID(row["tenant_id"]),
+        session_id=uuid.UUID(row["session_id"]),
+        agent_id=uuid.UUID(row["agent_id"]),
+        status=RunStatus(row["status"]),
+        error=row["error"],
+        stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
+        message_start=row["message_start"],
+        version=row["version"],
+        state=_decode_state(row["state_json"]),
+        created_at=dt.datetime.fromisoformat(row["created_at"]),
+        updated_at=dt.datetime.fromisoformat(row["updated_at"]),
+    )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class SqliteRunStore:
+    """A ``RunStore`` on one SQLite file. Open with ``await SqliteRunStore.open(url)``, which
+    creates the file and applies migrations; ``aclose()`` when done (or ``async with``)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._lock = anyio.Lock()
+
+    @classmethod
+    async def open(cls, url: str) -> SqliteRunStore:
+        path = sqlite_path(url)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(migrate.upgrade, url)
+        conn = await anyio.to_thread.run_sync(cls._connect, path)
+        return cls(conn)
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    async def __aenter__(self) -> SqliteRunStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            self._conn.close()
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self._lock:
+            return await anyio.to_thread.run_sync(fn, *args)
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return out
+
+    # -- agents ----------------------------------------------------------------------------
+
+    async def put_agent(
+        self, tenant_id: uuid.UUID, name: str, definition: dict[str, Any]
+    ) -> AgentRecord:
+        canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"))
+        agent_id = agent_id_for(tenant_id, canonical)
+
+        def put(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR IGNORE INTO agents (tenant_id, id, name, definition, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (str(tenant_id), str(agent_id), name, canonical, utcnow().isoformat()),
+            )
+
+        await self._call(self._tx, put)
+        return AgentRecord(agent_id, tenant_id, name, definition)
+
+    async def get_agent(self, tenant_id: uuid.UUID, agent_id: uuid.UUID) -> AgentRecord:
+        def get() -> sqlite3.Row | None:
+            return self._conn.execute(  # type: ignore[no-any-return]
+                "SELECT name, definition FROM agents WHERE tenant_id = ? AND id = ?",
+                (str(tenant_id), str(agent_id)),
+            ).fetchone()
+
+        row = await self._call(get)
+        if row is None:
+            raise NotFound(f"agent {agent_id} not found")
+        return AgentRecord(agent_id, tenant_id, row["name"], json.loads(row["definition"]))
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        tenant_id: uuid.UUID,
+        agent_id: uuid.UUID,
+        message: Message,
+        *,
+        session_id: uuid.UUID | None = None,
+        status: RunStatus = RunStatus.RUNNING,
+    ) -> RunRecord:
+        tenant = str(tenant_id)
+        run_id = uuid.uuid4()
+        now = utcnow().isoformat()
+
+        def create(conn: sqlite3.Connection) -> RunRecord:
+            nonlocal session_id
+            if session_id is None:
+                session_id = uuid.uuid4()
+                conn.execute(
+                    "INSERT INTO sessions (tenant_id, id, agent_id, created_at) VALUES (?, ?, ?, ?)",
+                    (tenant, str(session_id), str(agent_id), now),
+                )
+            else:
+                exists = conn.execute(
+                    "SELECT 1 FROM sessions WHERE tenant_id = ? AND id = ?",
+                    (tenant, str(session_id)),
+                ).fetchone()
+                if exists is None:
+                    raise NotFound(f"session {session_id} not found")
+                busy = conn.execute(
+                    "SELECT id FROM runs WHERE tenant_id = ? AND session_id = ? "
+                    "AND status IN ('queued', 'running')",
+                    (tenant, str(session_id)),
+                ).fetchone()
+                if busy is not None:
+                    raise SessionBusy(f"session {session_id} has an active run {busy['id']}")
+            start = conn.execute(
+                "SELECT COUNT(*) FROM messages WHERE tenant_id = ? AND session_id = ?",
+                (tenant, str(session_id)),
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO messages (tenant_id, session_id, seq, run_id, role, content) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    tenant,
+                    str(session_id),
+                    start,
+                    str(run_id),
+                    message.role,
+                    _dumps(message_to_json(message)["content"]),
+                ),
+            )
+            conn.execute(
+                "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    tenant,
+                    str(run_id),
+                    str(session_id),
+                    str(agent_id),
+                    status.value,
+                    start,
+                    now,
+                    now,
+                ),
+            )
+            return self._get_run(conn, tenant_id, run_id)
+
+        return await self._call(self._tx, create)
+
+    def _get_run(
+        self, conn: sqlite3.Connection, tenant_id: uuid.UUID, run_id: uuid.UUID
+    ) -> RunRecord:
+        row = conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = ? AND id = ?",
+            (str(tenant_id), str(run_id)),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"run {run_id} not found")
+        return _run(row)
+
+    async def get_run(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> RunRecord:
+        return await self._call(self._get_run, self._conn, tenant_id, run_id)
+
+    async def list_runs(
+        self, tenant_id: uuid.UUID, *, limit: int = 50, session_id: uuid.UUID | None = None
+    ) -> list[RunRecord]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = ?"
+        args: list[Any] = [str(tenant_id)]
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            args.append(str(session_id))
+        sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        args.append(limit)
+
+        def fetch() -> list[RunRecord]:
+            return [_run(r) for r in self._conn.execute(sql, args).fetchall()]
+
+        return await self._call(fetch)
+
+    async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
+        def fetch() -> list[sqlite3.Row]:
+            return self._conn.execute(
+                "SELECT seq, role, content FROM messages WHERE tenant_id = ? AND session_id = ? "
+                "ORDER BY seq",
+                (str(tenant_id), str(session_id)),
+            ).fetchall()
+
+        out = []
+        for row in await self._call(fetch):
+            try:
+                out.append(
+                    message_from_json({"role": row["role"], "content": json.loads(row["content"])})
+                )
+            except ValueError as exc:
+                raise StoreError(
+                    f"message {row['seq']} of session {session_id} is corrupt: {exc}"
+                ) from exc
+        return out
+
+    async def save_run(
+        self,
+        tenant_id: uuid.UUID,
+        run_id: uuid.UUID,
+        *,
+        version: int,
+        status: RunStatus,
+        state: dict[str, Any] | None,
+        messages: Sequence[Message] = (),
+        from_index: int | None = None,
+        error: str | None = None,
+        stop_reason: StopReason | None = None,
+    ) -> int:
+        tenant = str(tenant_id)
+        state_text = None if state is None else _dumps(state)
+        start = from_index if from_index is not None else 0
+        rows = [
+            (tenant, start + i, str(run_id), m.role, _dumps(message_to_json(m)["content"]))
+            for i, m in enumerate(messages)
+        ]
+
+        def save(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "UPDATE runs SET status = ?, error = ?, stop_reason = ?, "
+                "state_json = COALESCE(?, state_json), "
+                "version = version + 1, updated_at = ? "
+                "WHERE tenant_id = ? AND id = ? AND version = ? RETURNING session_id",
+                (
+                    status.value,
+                    error,
+                    stop_reason.value if stop_reason else None,
+                    state_text,
+                    utcnow().isoformat(),
+                    tenant,
+                    str(run_id),
+                    version,
+                ),
+            )
+            hit = cur.fetchone()
+            if hit is None:
+                current = conn.execute(
+                    "SELECT version FROM runs WHERE tenant_id = ? AND id = ?", (tenant, str(run_id))
+                ).fetchone()
+                if current is None:
+                    raise NotFound(f"run {run_id} not found")
+                raise StaleVersion(
+                    f"run {run_id}: save with version {version} but the stored version is "
+                    f"{current['version']}; another writer saved this run"
+                )
+            if from_index is None:
+                return version + 1
+            session = hit["session_id"]
+            conn.execute(
+                "DELETE FROM messages WHERE tenant_id = ? AND session_id = ? AND seq >= ?",
+                (tenant, session, from_index),
+            )
+            conn.executemany(
+                "INSERT INTO messages (tenant_id, session_id, seq, run_id, role, content) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(t, session, seq, r, role, c) for (t, seq, r, role, c) in rows],
+            )
+            return version + 1
+
+        return await self._call(self._tx, save)
