@@ -1,12 +1,17 @@
-"""Tools of the demo agent: list, read and search the files under ``files/`` beside this module.
+"""Tools of the demo agent: list, read, search and edit the files under ``files/`` beside this
+module, and wait for a CI result.
 
-Paths are relative to that folder and may not leave it.
+Paths are relative to that folder and may not leave it. ``edit_file`` is a real tool that the
+demo agents' ``tool_allowlist`` leaves out: the allowlist refuses it. ``wait_for_ci`` waits,
+which is what the interrupted-run demo interrupts.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import anyio
 
 from hango import tool
 
@@ -66,4 +71,38 @@ def search(pattern: str, path: str = ".") -> str:
     return "\n".join(hits) or "no matches"
 
 
-TOOLS = [list_files, read_file, search]
+@tool
+def edit_file(path: str, old: str, new: str) -> str:
+    """Replace the one occurrence of a text in a file of the demo workspace.
+
+    Args:
+        path: file path relative to the workspace root.
+        old: the exact text to replace; it must occur exactly once.
+        new: the text to put in its place.
+    """
+    target = _resolve(path)
+    text = target.read_text(encoding="utf-8")
+    found = text.count(old)
+    if found != 1:
+        raise ValueError(f"{old!r} occurs {found} times in {path!r}; it must occur exactly once")
+    target.write_text(text.replace(old, new), encoding="utf-8")
+    return f"edited {path}"
+
+
+@tool
+async def wait_for_ci(branch: str, seconds: int = 300) -> str:
+    """Wait for the CI result of a branch, polling ``ci/<branch>.txt`` in the workspace.
+
+    Args:
+        branch: the branch whose CI result to wait for.
+        seconds: how long to wait at most.
+    """
+    report = _resolve(f"ci/{branch}.txt")
+    for _ in range(seconds):
+        if report.is_file():
+            return report.read_text(encoding="utf-8")
+        await anyio.sleep(1)
+    return f"no CI result for {branch!r} after {seconds} s"
+
+
+TOOLS = [list_files, read_file, search, edit_file, wait_for_ci]

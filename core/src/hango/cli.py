@@ -7,6 +7,7 @@ User errors print one line on stderr and exit 2; a run that fails exits 1; a can
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import uuid
@@ -26,7 +27,7 @@ from hango.agent.state import StateError
 from hango.config import Config, ConfigError, hango_settings
 from hango.convert import message_to_json
 from hango.plugins import PluginError, make_plugin_manager
-from hango.provider.model import ModelError
+from hango.provider.model import Model, ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist
@@ -56,8 +57,23 @@ def _run_async(fn: Callable[[], Awaitable[T]]) -> T:
     try:
         return anyio.run(fn)
     except USER_ERRORS as exc:
-        err_console.print(f"error: {exc}", markup=False)
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
+
+
+def _exit(code: int) -> None:
+    """Exit with ``code``. After a cancelled run, exit at once: a sync tool still blocking in a
+    worker thread (abandoned by the cancel) must not hold the process open."""
+    if code == 130:
+        from opentelemetry import trace
+
+        shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _parse_uuid(value: str, what: str) -> uuid.UUID:
@@ -97,41 +113,39 @@ def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
     }
 
 
-async def _execute(
-    store: RunStore, run: RunRecord, *, model: str | None, base_url: str | None, as_json: bool
-) -> int:
+async def _execute(store: RunStore, run: RunRecord, *, model: Model, as_json: bool) -> int:
+    """Execute ``run`` with ``model``, rendering events; returns the exit code."""
     from hango.run import Harness
 
-    harness = Harness(store, tenant_id=run.tenant_id, model_spec=model)
-    if base_url:
-        agent_record = await store.get_agent(run.tenant_id, run.agent_id)
-        agent = AgentDefinition.from_json(agent_record.definition)
-        harness.model = agent.build_model(model, base_url)
+    harness = Harness(store, tenant_id=run.tenant_id, model=model)
     renderer = Renderer(console)
     emit: Callable[[Event], Awaitable[None]] = _quiet if as_json else renderer.event
     finished: RunFinished | None = None
-    cancelled = False
-    async with anyio.create_task_group() as tg:
+    failure: Exception | None = None
+    # Ctrl-C or SIGTERM cancels the run's scope: the harness saves it as cancelled.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
 
-        async def on_signal() -> None:
-            nonlocal cancelled
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async def on_signal() -> None:
                 async for _ in signals:
-                    cancelled = True
                     tg.cancel_scope.cancel()
                     return
 
-        async def go() -> None:
-            nonlocal finished
-            finished = await harness.execute(run.id, emit=emit)
-            tg.cancel_scope.cancel()
+            async def go() -> None:
+                nonlocal finished, failure
+                try:
+                    finished = await harness.execute(run.id, emit=emit)
+                except USER_ERRORS as exc:
+                    failure = exc  # re-raised outside the task group, unwrapped
+                tg.cancel_scope.cancel()
 
-        tg.start_soon(on_signal)
-        tg.start_soon(go)
+            tg.start_soon(on_signal)
+            tg.start_soon(go)
+    if failure is not None:
+        raise failure
     if finished is None:
-        where = f" --db {store_url}" if (store_url := getattr(store, "url", None)) else ""
-        err_console.print(f"\ncancelled; resume with: hango resume{where} {run.id}", markup=False)
-        return 130 if cancelled else 1
+        err_console.print(f"\ncancelled; resume with: hango resume {run.id}", markup=False)
+        return 130
     if as_json:
         console.print_json(json.dumps(_summary(finished, run)))
     return 0 if finished.status is RunStatus.COMPLETED else 1
@@ -143,11 +157,19 @@ async def _quiet(_: Event) -> None:
 
 @main.command()
 @click.option(
-    "--agent", "agent_path", type=click.Path(path_type=Path), default="agent.toml",
-    show_default=True, help="The agent file.",
+    "--agent",
+    "agent_path",
+    type=click.Path(path_type=Path),
+    default="agent.toml",
+    show_default=True,
+    help="The agent file.",
 )
-@click.option("--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME.")
-@click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model openai:NAME).")
+@click.option(
+    "--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME."
+)
+@click.option(
+    "--base-url", help="Base URL of an OpenAI-compatible server (with --model openai:NAME)."
+)
 @click.option("--session", "session", help="Continue this session (a UUID) with a new message.")
 @click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
 @db_option
@@ -171,8 +193,7 @@ def run(
 
     async def main_() -> int:
         agent = AgentDefinition.from_file(agent_path)
-        if model is not None:
-            agent.build_model(model, base_url)  # fail early on a bad --model
+        built = agent.build_model(model, base_url)  # a bad model or script fails before any run
         store = await open_store(_db_url(db))
         try:
             from hango.run import Harness
@@ -180,11 +201,11 @@ def run(
             record = await Harness(store, tenant_id=Config.from_env().tenant_id).start(
                 agent, message, session_id=session_id
             )
-            return await _execute(store, record, model=model, base_url=base_url, as_json=as_json)
+            return await _execute(store, record, model=built, as_json=as_json)
         finally:
             await store.aclose()
 
-    sys.exit(_run_async(main_))
+    _exit(_run_async(main_))
 
 
 @main.command()
@@ -193,19 +214,25 @@ def run(
 @db_option
 @json_option
 @click.argument("run_id")
-def resume(model: str | None, base_url: str | None, db: str | None, as_json: bool, run_id: str) -> None:
+def resume(
+    model: str | None, base_url: str | None, db: str | None, as_json: bool, run_id: str
+) -> None:
     """Resume RUN_ID from its last saved turn boundary."""
     rid = _parse_uuid(run_id, "run")
 
     async def main_() -> int:
         store = await open_store(_db_url(db))
         try:
-            record = await store.get_run(Config.from_env().tenant_id, rid)
-            return await _execute(store, record, model=model, base_url=base_url, as_json=as_json)
+            tenant = Config.from_env().tenant_id
+            record = await store.get_run(tenant, rid)
+            agent_record = await store.get_agent(tenant, record.agent_id)
+            agent = AgentDefinition.from_json(agent_record.definition)
+            built = agent.build_model(model, base_url)
+            return await _execute(store, record, model=built, as_json=as_json)
         finally:
             await store.aclose()
 
-    sys.exit(_run_async(main_))
+    _exit(_run_async(main_))
 
 
 @main.group()
@@ -246,8 +273,11 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
         table = Table("run", "status", "session", "updated", "error")
         for r in records:
             table.add_row(
-                str(r.id), r.status.value, str(r.session_id)[:8],
-                r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), r.error or "",
+                str(r.id),
+                r.status.value,
+                str(r.session_id)[:8],
+                r.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+                r.error or "",
             )
         console.print(table)
 
@@ -295,10 +325,14 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
                 console.print(f"[bold]{m.role}:[/bold] ", end="")
                 console.print(block.text, markup=False)
             elif kind == "tool_use":
-                console.print(f"  → {block.name} {json.dumps(block.input)}", markup=False, style="cyan")
+                console.print(
+                    f"  → {block.name} {json.dumps(block.input)}", markup=False, style="cyan"
+                )
             elif kind == "tool_result":
                 style = "red" if block.is_error else "dim"
-                console.print("  ← " + " ".join(block.content.split())[:100], markup=False, style=style)
+                console.print(
+                    "  ← " + " ".join(block.content.split())[:100], markup=False, style=style
+                )
     if isinstance(record.state, dict) and record.state:
         try:
             todos = load_state(record.state).todos
@@ -316,22 +350,251 @@ def plugins(as_json: bool) -> None:
     try:
         placements = discover(StackConfig(settings=hango_settings()), make_plugin_manager())
     except USER_ERRORS as exc:
-        err_console.print(f"error: {exc}", markup=False)
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
-    rows = [
-        {
-            "name": p.name,
-            "distribution": p.distribution,
-            "version": p.version,
-            "slot": p.slot if p.slot is not None else "unplaced",
-            "capabilities": list(p.capabilities),
-        }
-        for p in placements
-    ]
     if as_json:
+        rows = [
+            {
+                "name": p.name,
+                "distribution": p.distribution,
+                "version": p.version,
+                "slot": p.slot if p.slot is not None else "unplaced",
+                "capabilities": list(p.capabilities),
+            }
+            for p in placements
+        ]
         console.print_json(json.dumps(rows))
         return
     table = Table("slot", "name", "distribution", "version", "capabilities")
-    for r in rows:
-        table.add_row(str(r["slot"]), r["name"], r["distribution"], r["version"], ", ".join(r["capabilities"]))
+    for p in placements:
+        slot = str(p.slot) if p.slot is not None else "unplaced"
+        table.add_row(slot, p.name, p.distribution, p.version, ", ".join(p.capabilities))
     console.print(table)
+
+
+# -- the database schema, the queue and its workers -------------------------------------------
+
+
+def _db_errors() -> tuple[type[Exception], ...]:
+    """Driver errors (the server is down, the file is not a database): one line, no traceback."""
+    import sqlite3
+
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
+
+
+def _migrate(step: Callable[[str], T], url: str) -> T:
+    from hango.store.migrate import backend_kind
+    from hango.store.sqlite import sqlite_path
+
+    errors: tuple[type[Exception], ...] = (*USER_ERRORS, *_db_errors())
+    try:
+        if backend_kind(url) == "sqlite":
+            sqlite_path(url).parent.mkdir(parents=True, exist_ok=True)
+        return step(url)
+    except errors as exc:
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+
+
+@main.group("db")
+def db_group() -> None:
+    """The database schema: upgrade, downgrade, current.
+
+    SQLite is upgraded whenever hango opens it; PostgreSQL only by `hango db upgrade` (hango
+    refuses to use a PostgreSQL schema that is behind or ahead of it)."""
+
+
+@db_group.command("upgrade")
+@db_option
+@json_option
+def db_upgrade(db: str | None, as_json: bool) -> None:
+    """Apply every pending migration."""
+    from hango.store import migrate
+
+    url = _db_url(db)
+    applied = _migrate(migrate.upgrade, url)
+    head = _migrate(migrate.known, url)[-1]
+    if as_json:
+        console.print_json(json.dumps({"applied": applied, "current": head}))
+    elif applied:
+        console.print(f"applied {', '.join(applied)}; now at {head}", markup=False)
+    else:
+        console.print(f"already at {head}", markup=False)
+
+
+@db_group.command("downgrade")
+@click.option(
+    "--steps",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many migrations to roll back, newest first.",
+)
+@db_option
+@json_option
+def db_downgrade(steps: int, db: str | None, as_json: bool) -> None:
+    """Roll back the newest migrations. Their data goes: rolling back 0002.run-state drops
+    every run's saved state (runs.state_json)."""
+    from hango.store import migrate
+
+    url = _db_url(db)
+    rolled_back = _migrate(lambda u: migrate.downgrade(u, steps), url)
+    current = _migrate(migrate.current, url)
+    now_at = current[-1] if current else "an empty schema"
+    if as_json:
+        console.print_json(json.dumps({"rolled_back": rolled_back, "current": current}))
+    elif rolled_back:
+        console.print(f"rolled back {', '.join(rolled_back)}; now at {now_at}", markup=False)
+    else:
+        console.print("nothing to roll back", markup=False)
+
+
+@db_group.command("current")
+@db_option
+@json_option
+def db_current(db: str | None, as_json: bool) -> None:
+    """Show the applied migrations and any pending ones. Exits 2 (refusing) when the
+    database was upgraded by a newer hango."""
+    from hango.store import migrate
+
+    url = _db_url(db)
+    applied = _migrate(migrate.current, url)
+    pending = [m for m in _migrate(migrate.known, url) if m not in applied]
+    if as_json:
+        console.print_json(json.dumps({"applied": applied, "pending": pending}))
+        return
+    for m in applied:
+        console.print(m, markup=False)
+    if pending:
+        console.print(f"pending: {', '.join(pending)} (run `hango db upgrade`)", markup=False)
+    else:
+        console.print("up to date", markup=False)
+
+
+@main.command()
+@click.option(
+    "--agent",
+    "agent_path",
+    type=click.Path(path_type=Path),
+    default="agent.toml",
+    show_default=True,
+    help="The agent file.",
+)
+@click.option("--session", "session", help="Continue this session (a UUID) with a new message.")
+@db_option
+@json_option
+@click.argument("message")
+def submit(
+    agent_path: Path, session: str | None, db: str | None, as_json: bool, message: str
+) -> None:
+    """Queue a run of the agent on MESSAGE for a worker; prints the run id."""
+    session_id = _parse_uuid(session, "session") if session else None
+
+    async def main_() -> RunRecord:
+        from hango.run import Harness
+
+        agent = AgentDefinition.from_file(agent_path)
+        store = await open_store(_db_url(db))
+        try:
+            harness = Harness(store, tenant_id=Config.from_env().tenant_id)
+            return await harness.start(
+                agent, message, session_id=session_id, status=RunStatus.QUEUED
+            )
+        finally:
+            await store.aclose()
+
+    record = _run_async(main_)
+    if as_json:
+        doc = {"run_id": str(record.id), "session_id": str(record.session_id), "status": "queued"}
+        console.print_json(json.dumps(doc))
+    else:
+        console.print(str(record.id), markup=False)
+
+
+@main.command()
+@click.option(
+    "--concurrency",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Runs executed at once.",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a claimed run stays this worker's unless renewed (renewed every third).",
+)
+@click.option(
+    "--max-attempts",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Fail a run whose workers died on it this many times.",
+)
+@click.option("--model", help="Override every agent's model: scripted:PATH, anthropic:NAME, ...")
+@click.option("--name", help="This worker's name in leases and logs (default host:pid).")
+@db_option
+def worker(
+    concurrency: int,
+    lease_seconds: float,
+    max_attempts: int,
+    model: str | None,
+    name: str | None,
+    db: str | None,
+) -> None:
+    """Execute queued runs until SIGTERM or Ctrl-C.
+
+    The first signal stops claiming, lets each run finish its current turn, saves it and puts
+    it back in the queue; a second one cancels the runs at once (also saved and queued)."""
+    import logging
+
+    from hango.run import Harness
+    from hango.run.worker import Worker
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger("hango.worker").setLevel(logging.INFO)
+
+    async def main_() -> None:
+        store = await open_store(_db_url(db))
+        try:
+            harness = Harness(store, tenant_id=Config.from_env().tenant_id, model_spec=model)
+            w = Worker(
+                harness,
+                name=name,
+                concurrency=concurrency,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+            )
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with anyio.create_task_group() as tg:
+
+                    async def on_signals() -> None:
+                        async for _ in signals:
+                            if w.stopping:
+                                logging.getLogger("hango.worker").warning("cancelling the runs")
+                                w.kill()
+                                return
+                            logging.getLogger("hango.worker").info(
+                                "stopping: each run finishes its turn (signal again to cancel)"
+                            )
+                            w.stop()
+
+                    async def work() -> None:
+                        await w.run()
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(on_signals)
+                    tg.start_soon(work)
+        finally:
+            await store.aclose()
+
+    _run_async(main_)

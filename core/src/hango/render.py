@@ -65,9 +65,11 @@ class Renderer:
                 self._end_text()
             case ToolCallStarted(call=call):
                 self._end_text()
-                args = json.dumps(call.input, ensure_ascii=False) if isinstance(
-                    call.input, dict
-                ) else repr(call.input)
+                args = (
+                    json.dumps(call.input, ensure_ascii=False)
+                    if isinstance(call.input, dict)
+                    else repr(call.input)
+                )
                 c.print(Text(f"→ {call.name} {_clip(args, 80)}", style="cyan"))
             case ToolCallFinished(result=result):
                 style = "red" if result.is_error else "dim"

@@ -1,28 +1,66 @@
-"""OpenTelemetry names and the small API middlewares use to say what they did.
+"""OpenTelemetry names, instruments and the small API middlewares use to say what they did.
 
 Span names and ``gen_ai.*`` attributes follow the OpenTelemetry GenAI semantic conventions
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/); ``hango.*`` names and the
-``agent.*`` / ``middleware.*`` events come from the middleware-chain spec. Without an SDK
-configured, the API's no-op tracer makes every call here nearly free.
+``agent.*`` / ``middleware.*`` events come from the middleware-chain spec. Every event and
+metric is described in ``docs/telemetry.md``.
+
+``tracer`` and ``meter`` are looked up at import. Before an SDK is installed the API hands out
+proxies, which delegate to the SDK's tracer and instruments once ``trace.set_tracer_provider``
+/ ``metrics.set_meter_provider`` run, so importing hango first and configuring later works.
+Without an SDK every call here reaches the API's no-op implementation and costs a few
+attribute lookups (measured in ``bench/telemetry.py``).
+
+Nothing here ever receives user data: middlewares pass their name and a fixed reason, the
+loop passes todo *statuses* only (never the content, which can be user data), and no message
+text, tool argument or tool result reaches an attribute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+import contextlib
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
+
+if TYPE_CHECKING:
+    from hango.provider.messages import Request
+    from hango.provider.model import ModelResponse
 
 tracer: Final = trace.get_tracer("hango")
 meter: Final = metrics.get_meter("hango")
 
-# attribute names
+# -- attribute names ---------------------------------------------------------------------
+
 MIDDLEWARE_NAME: Final = "hango.middleware.name"
+MIDDLEWARE_NAMES: Final = "hango.middleware.names"
 REASON: Final = "hango.reason"
 TOOL_NAME: Final = "gen_ai.tool.name"
+ERROR_TYPE: Final = "error.type"
+OPERATION_NAME: Final = "gen_ai.operation.name"
+PROVIDER_NAME: Final = "gen_ai.provider.name"
+REQUEST_MODEL: Final = "gen_ai.request.model"
+REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+CACHE_READ_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+CACHE_CREATION_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+TOKEN_TYPE: Final = "gen_ai.token.type"
+TODOS_TOTAL: Final = "hango.todos.total"
+TODOS_PENDING: Final = "hango.todos.pending"
+TODOS_IN_PROGRESS: Final = "hango.todos.in_progress"
+TODOS_COMPLETED: Final = "hango.todos.completed"
+# Langfuse shows ``langfuse.observation.metadata.*`` attributes as the observation's metadata.
+LANGFUSE_TODOS_TOTAL: Final = "langfuse.observation.metadata.todos_total"
+LANGFUSE_TODOS_COMPLETED: Final = "langfuse.observation.metadata.todos_completed"
 
-# events (from the middleware-chain spec)
+# -- events (from the middleware-chain spec) ---------------------------------------------
+
 MIDDLEWARE_STACK: Final = "agent.middleware_stack"
 REQUEST_REWRITTEN: Final = "middleware.request_rewritten"
 SHORT_CIRCUITED: Final = "middleware.short_circuited"
@@ -30,6 +68,61 @@ RETRIED: Final = "middleware.retried"
 REPEAT_CALL_BLOCKED: Final = "middleware.repeat_call_blocked"
 STATE_MISSING: Final = "middleware.state_missing"
 TODOS_UPDATED: Final = "agent.todos_updated"
+
+# -- metrics -----------------------------------------------------------------------------
+
+# GenAI semconv advice for gen_ai.client.operation.duration and gen_ai.client.token.usage.
+_OPERATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+_TOKEN_BUCKETS: Final = tuple(4.0**i for i in range(14))  # 1, 4, 16, ... 67108864
+# A before_run hook is usually a millisecond; the SDK's default buckets (0, 5, 10, ... 10000)
+# assume milliseconds and would put every hook in the first one.
+_HOOK_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+)
+
+before_run_duration: Final = meter.create_histogram(
+    "hango.middleware.before_run.duration",
+    unit="s",
+    description="Time one middleware's before_run hook took, by hango.middleware.name",
+    explicit_bucket_boundaries_advisory=_HOOK_BUCKETS,
+)
+tool_short_circuits: Final = meter.create_counter(
+    "hango.middleware.tool_short_circuits",
+    unit="{call}",
+    description="Calls a middleware answered without calling the next handler",
+)
+repeat_blocked: Final = meter.create_counter(
+    "hango.middleware.repeat_blocked",
+    unit="{call}",
+    description="Identical tool calls blocked by repeat-call detection, by gen_ai.tool.name",
+)
+operation_duration: Final = meter.create_histogram(
+    "gen_ai.client.operation.duration",
+    unit="s",
+    description="GenAI operation duration",
+    explicit_bucket_boundaries_advisory=_OPERATION_BUCKETS,
+)
+token_usage: Final = meter.create_histogram(
+    "gen_ai.client.token.usage",
+    unit="{token}",
+    description="Number of input and output tokens used",
+    explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+)
 
 
 def record(
@@ -42,9 +135,30 @@ def record(
     """Add ``event`` to the current span with ``hango.middleware.name`` and an optional reason.
 
     This is the one call a middleware makes to report that it rewrote a request
-    (``REQUEST_REWRITTEN``), short-circuited (``SHORT_CIRCUITED``) or retried (``RETRIED``).
-    Never put user data (todo content, message text) in ``reason`` or ``attributes``.
+    (``REQUEST_REWRITTEN``), short-circuited (``SHORT_CIRCUITED``), retried (``RETRIED``) or
+    blocked a repeated call (``REPEAT_CALL_BLOCKED``). The current span is the ``turn`` span
+    inside a model wrapper and the ``execute_tool`` span inside a tool wrapper.
+
+    ``SHORT_CIRCUITED`` also adds 1 to ``hango.middleware.tool_short_circuits`` (attributes
+    ``hango.middleware.name`` and, when given in ``attributes``, ``gen_ai.tool.name``);
+    ``REPEAT_CALL_BLOCKED`` adds 1 to ``hango.middleware.repeat_blocked`` (attribute
+    ``gen_ai.tool.name``). Counters count even when the span is not sampled.
+
+    ``reason`` is a short fixed phrase ("max_tokens capped", "tool not allowed"), and
+    ``attributes`` low-cardinality names: never user data (todo content, message text, tool
+    arguments). Example::
+
+        telemetry.record(telemetry.SHORT_CIRCUITED, middleware=self.name,
+                         reason="tool not allowed", attributes={telemetry.TOOL_NAME: name})
     """
+    if event == SHORT_CIRCUITED:
+        counted: dict[str, AttributeValue] = {MIDDLEWARE_NAME: middleware}
+        if attributes and TOOL_NAME in attributes:
+            counted[TOOL_NAME] = attributes[TOOL_NAME]
+        tool_short_circuits.add(1, counted)
+    elif event == REPEAT_CALL_BLOCKED:
+        tool = attributes.get(TOOL_NAME) if attributes else None
+        repeat_blocked.add(1, {TOOL_NAME: tool} if tool is not None else None)
     span = trace.get_current_span()
     if not span.is_recording():
         return
@@ -54,3 +168,118 @@ def record(
     if attributes:
         attrs.update(attributes)
     span.add_event(event, attrs)
+
+
+def record_todos(statuses: Iterable[str]) -> None:
+    """Record ``agent.todos_updated`` on the current span from the todos' statuses.
+
+    The event carries ``hango.todos.total`` / ``.pending`` / ``.in_progress`` / ``.completed``;
+    the span also gets ``langfuse.observation.metadata.todos_total`` / ``todos_completed``.
+    Only statuses are taken, so a todo's content cannot reach telemetry; a status outside the
+    three known ones counts in the total only.
+    """
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    counts = {"pending": 0, "in_progress": 0, "completed": 0}
+    total = 0
+    for status in statuses:
+        total += 1
+        if status in counts:
+            counts[status] += 1
+    span.add_event(
+        TODOS_UPDATED,
+        {
+            TODOS_TOTAL: total,
+            TODOS_PENDING: counts["pending"],
+            TODOS_IN_PROGRESS: counts["in_progress"],
+            TODOS_COMPLETED: counts["completed"],
+        },
+    )
+    span.set_attributes(
+        {LANGFUSE_TODOS_TOTAL: total, LANGFUSE_TODOS_COMPLETED: counts["completed"]}
+    )
+
+
+def mark_error(span: Span, exc: BaseException) -> None:
+    """Mark ``span`` failed: status ERROR and ``error.type`` = the exception's class name.
+
+    The message is left out on purpose: it can quote user data; the run record keeps it.
+    """
+    if span.is_recording():
+        error = type(exc).__qualname__
+        span.set_attribute(ERROR_TYPE, error)
+        span.set_status(Status(StatusCode.ERROR, error))
+
+
+def provider_name(model: object) -> str:
+    """``gen_ai.provider.name`` for ``model``: its ``provider_name`` attribute ("anthropic",
+    "openai"), ``"hango.scripted"`` for a ScriptedModel, else ``"hango." + class name``."""
+    declared = getattr(model, "provider_name", None)
+    if isinstance(declared, str):
+        return declared
+    from hango.provider.scripted import ScriptedModel
+
+    return "hango.scripted" if isinstance(model, ScriptedModel) else f"hango.{type(model).__name__}"
+
+
+class ChatCall:
+    """The ``chat`` span of one model call; ``finished`` records the response on it."""
+
+    __slots__ = ("attributes", "span")
+
+    def __init__(self, span: Span, attributes: dict[str, AttributeValue]) -> None:
+        self.span = span
+        self.attributes = attributes
+
+    def finished(self, response: ModelResponse) -> None:
+        """Set finish reason and token usage on the span and record ``gen_ai.client.token.usage``.
+
+        ``gen_ai.usage.input_tokens`` includes cached tokens, as the GenAI conventions require;
+        hango's ``Usage.input_tokens`` (like Anthropic's) counts only uncached ones.
+        """
+        usage = response.usage
+        input_tokens = (
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        )
+        if self.span.is_recording():
+            self.span.set_attributes(
+                {
+                    FINISH_REASONS: (response.stop_reason.value,),
+                    INPUT_TOKENS: input_tokens,
+                    OUTPUT_TOKENS: usage.output_tokens,
+                    CACHE_READ_TOKENS: usage.cache_read_input_tokens,
+                    CACHE_CREATION_TOKENS: usage.cache_creation_input_tokens,
+                }
+            )
+        token_usage.record(input_tokens, {**self.attributes, TOKEN_TYPE: "input"})
+        token_usage.record(usage.output_tokens, {**self.attributes, TOKEN_TYPE: "output"})
+
+
+@contextlib.contextmanager
+def chat_span(request: Request, provider: str) -> Iterator[ChatCall]:
+    """The CLIENT span ``chat {model}`` around one model call, and its duration metric.
+
+    ``gen_ai.client.operation.duration`` is recorded on exit, with ``error.type`` (the
+    exception's class name, also set on the span) when the call raised.
+    """
+    attributes: dict[str, AttributeValue] = {
+        OPERATION_NAME: "chat",
+        PROVIDER_NAME: provider,
+        REQUEST_MODEL: request.model,
+    }
+    start = time.perf_counter()
+    with tracer.start_as_current_span(
+        f"chat {request.model}",
+        kind=SpanKind.CLIENT,
+        attributes={**attributes, REQUEST_MAX_TOKENS: request.max_tokens},
+    ) as span:
+        try:
+            yield ChatCall(span, attributes)
+        except BaseException as exc:
+            mark_error(span, exc)
+            operation_duration.record(
+                time.perf_counter() - start, {**attributes, ERROR_TYPE: type(exc).__qualname__}
+            )
+            raise
+        operation_duration.record(time.perf_counter() - start, attributes)

@@ -68,7 +68,8 @@ class TurnFinished:
 
 @frozen
 class RunFinished:
-    """``status`` is completed, failed or cancelled; ``error`` says why a run failed;
+    """``status`` is completed, failed or cancelled (or queued: stopped at a turn boundary by
+    ``run_loop``'s ``stop``, to be continued); ``error`` says why a run failed;
     ``stop_reason`` is the last model call's; ``usage`` sums this run's model calls."""
 
     run_id: uuid.UUID

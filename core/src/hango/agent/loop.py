@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 import jsonschema
 from attrs import frozen
-from opentelemetry.trace import SpanKind
 
 from hango import telemetry
 from hango.agent.chain import Chain
@@ -109,11 +109,15 @@ async def run_loop(
     emit: Emit,
     checkpoint: Checkpoint,
     start_index: int = 0,
+    stop: anyio.Event | None = None,
 ) -> LoopOutcome:
     """Run ``state`` to the end of the agent's turn.
 
     ``start_index`` is the index in ``state.messages`` of this run's user message (turns are
-    counted from there, so a resumed run keeps its ``max_turns`` budget). Returns the outcome;
+    counted from there, so a resumed run keeps its ``max_turns`` budget). ``stop``, once set,
+    ends the loop at the next turn boundary (after a tool batch, all its results saved) with
+    status ``queued``: the run is whole and another process can continue it (a worker's
+    SIGTERM). Returns the outcome;
     exceptions from the model (``ModelError``) or a middleware propagate to the caller, after
     the last checkpoint.
     """
@@ -121,26 +125,17 @@ async def run_loop(
     usage = Usage()
     stop_reason: StopReason | None = None
 
+    provider_name = telemetry.provider_name(model)
+
     async def call_model(mreq: ModelRequest) -> ModelResponse:
         req = mreq.request
-        with telemetry.tracer.start_as_current_span(
-            f"chat {req.model}",
-            kind=SpanKind.CLIENT,
-            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": req.model},
-        ) as span:
+        with telemetry.chat_span(req, provider_name) as chat:
             acc = Accumulator()
             async for event in model.stream(req):
                 acc.add(event)
                 await emit(event)
             response = acc.response()
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        "gen_ai.response.finish_reasons": (response.stop_reason.value,),
-                        "gen_ai.usage.input_tokens": response.usage.input_tokens,
-                        "gen_ai.usage.output_tokens": response.usage.output_tokens,
-                    }
-                )
+            chat.finished(response)
             return response
 
     async def execute(treq: ToolCallRequest) -> ToolResult:
@@ -177,6 +172,7 @@ async def run_loop(
             await checkpoint(state)
             await emit(ToolCallFinished(call, result))
             if state.todos is not todos_before:
+                telemetry.record_todos(t.status for t in state.todos)
                 await emit(TodosUpdated(tuple(state.todos)))
         # Per-batch data must not leak into the next batch or a resumed run.
         state.scratch.clear()
@@ -189,11 +185,18 @@ async def run_loop(
             tools[t.spec.name] = t
         return tools
 
+    def stopped() -> LoopOutcome | None:
+        if stop is None or not stop.is_set():
+            return None
+        return LoopOutcome(RunStatus.QUEUED, stop_reason, None, usage, turns)
+
     turns = sum(1 for m in state.messages[start_index:] if m.role == "assistant")
     unfinished = pending_calls(state.messages)
     if unfinished:
         await run_batch(unfinished, tools_now())
         await emit(TurnFinished(turns))
+        if outcome := stopped():
+            return outcome
     while True:
         if turns >= settings.max_turns:
             return LoopOutcome(
@@ -226,6 +229,8 @@ async def run_loop(
             if calls:
                 await run_batch(calls, tools)
             await emit(TurnFinished(turns))
+            if outcome := stopped():
+                return outcome
 
 
 def _add_result(messages: list[Message], result: ToolResultBlock) -> None:

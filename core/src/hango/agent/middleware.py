@@ -3,15 +3,13 @@
 A middleware is any object with a ``name``. What it can do is discovered ONCE, when the chain
 is built, by ``isinstance`` against these runtime-checkable protocols:
 
-==================  =====================================================================
-capability          method
-==================  =====================================================================
-ModelWrapper        ``async wrap_model_call(req: ModelRequest, next: ModelHandler) -> ModelResponse``
-ToolWrapper         ``async wrap_tool_call(req: ToolCallRequest, next: ToolHandler) -> ToolResult``
-RunHook             ``async before_run(state: State) -> None``
-ToolProvider        ``provide_tools(state: State) -> Sequence[Tool]``
-PromptContributor   ``system_blocks(state: State) -> Sequence[TextBlock]``
-==================  =====================================================================
+- ``ModelWrapper``: ``async wrap_model_call(req: ModelRequest, next: ModelHandler)``
+  returns ``ModelResponse``
+- ``ToolWrapper``: ``async wrap_tool_call(req: ToolCallRequest, next: ToolHandler)``
+  returns ``ToolResult``
+- ``RunHook``: ``async before_run(state: State) -> None``
+- ``ToolProvider``: ``provide_tools(state: State) -> Sequence[Tool]``
+- ``PromptContributor``: ``system_blocks(state: State) -> Sequence[TextBlock]``
 
 Wrappers form an onion (index 0 outermost). A wrapper may call ``next`` once (pass through,
 possibly with a request rewritten by ``attrs.evolve``), more than once (retry) or never

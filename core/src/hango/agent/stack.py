@@ -6,7 +6,8 @@ each one sits. Installing or removing a plugin fills or empties a slot and never
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any
 
 from attrs import field, frozen
 
@@ -75,10 +76,12 @@ def discover(config: StackConfig, plugins: PluginManager | None = None) -> list[
     pm = plugins if plugins is not None else make_plugin_manager()
     found: dict[str, Placement] = {}
     for impl in pm.hook.hango_middleware.get_hookimpls():
-        provided = impl.function(config=config)
+        provided: Any = impl.function(config=config)
         if provided is None:
             continue
-        items: Sequence[Middleware] = provided if isinstance(provided, Sequence) else (provided,)
+        items: list[Middleware] = (
+            list(provided) if isinstance(provided, list | tuple) else [provided]
+        )
         dist, version = pm.distribution_of(impl.plugin_name)
         for mw in items:
             if mw.name in found:

@@ -103,7 +103,8 @@ class AnthropicModel:
     """A ``Model`` on the Anthropic Messages API.
 
     ``client`` is an ``anthropic.AsyncAnthropic`` (a copy with the SDK's retries off is used).
-    ``name`` is the model id, used when ``Request.model`` is empty. ``max_retries`` further
+    ``name`` is the model id sent with every call; ``Request.model`` is not sent, as it holds
+    the agent file's model spec, which ``--model`` may have overridden. ``max_retries`` further
     attempts follow a transient failure, the first after ``base_delay`` seconds, doubling.
     ``thinking`` is sent as the API's ``thinking`` parameter, e.g.
     ``{"type": "enabled", "budget_tokens": 1024}``.
@@ -130,9 +131,12 @@ class AnthropicModel:
         """Build from ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``, or an SDK profile).
 
         ``base_url`` (else ``ANTHROPIC_BASE_URL``) points at another Messages endpoint.
-        Raises ``ModelSpecError`` when no credential is found.
+        Raises ``ModelSpecError`` when no credential is found or the SDK rejects its setup.
         """
-        client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0)
+        try:
+            client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0)
+        except anthropic.AnthropicError as exc:  # e.g. a broken ANTHROPIC_PROFILE
+            raise ModelSpecError(f"anthropic:{name}: {exc}") from None
         if client.api_key is None and client.auth_token is None and client.credentials is None:
             raise ModelSpecError(f"anthropic:{name} needs an API key: set ANTHROPIC_API_KEY")
         return cls(client, name)
@@ -143,15 +147,18 @@ class AnthropicModel:
 
     async def _attempt(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         anthropic_stream = await self._client.messages.create(
-            model=request.model or self.name,
+            model=self.name,
             max_tokens=request.max_tokens,
             messages=[_message(m) for m in request.messages],
             system=[_text(b) for b in request.system] if request.system else anthropic.omit,
             tools=[_tool(t) for t in request.tools] if request.tools else anthropic.omit,
             stop_sequences=list(request.stop_sequences) or anthropic.omit,
             thinking=anthropic.omit if self.thinking is None else self.thinking,
-            # The SDK has no ``temperature`` argument any more; the API still reads the field.
-            extra_body=None if request.temperature is None else {"temperature": request.temperature},
+            # This SDK version takes no ``temperature`` argument, but the wire field remains
+            # (the recorded requests carry it), so it goes in the body as the API names it.
+            extra_body=None
+            if request.temperature is None
+            else {"temperature": request.temperature},
             stream=True,
         )
         # ``async with``: leaving early (cancellation, a closed generator) closes the HTTP stream.
@@ -299,4 +306,3 @@ def _explain(exc: Exception) -> Failure | None:
     if isinstance(exc, anthropic.AnthropicError):
         return Failure(f"anthropic: {exc}", transient=False)
     return None
-

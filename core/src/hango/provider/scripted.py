@@ -6,7 +6,7 @@ A script is a TOML (or JSON) file::
 
     [[turns]]
     text = "Let me look."              # optional; streamed as several text deltas
-    stop_reason = "tool_use"           # optional; default tool_use if the turn has calls, else end_turn
+    stop_reason = "tool_use"           # optional; default: tool_use with calls, else end_turn
     usage = { input_tokens = 120, output_tokens = 30 }   # optional
     [[turns.tool_calls]]
     name = "list_files"
@@ -71,7 +71,7 @@ class ScriptedTurn:
     redacted_thinking: str | None = None
     tool_calls: tuple[ScriptedCall, ...] = ()
     stop_reason: StopReason | None = None
-    usage: Usage = Usage()
+    usage: Usage = field(factory=Usage)
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)

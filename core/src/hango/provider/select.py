@@ -1,4 +1,4 @@
-"""Turn a model spec string (``scripted:PATH``, ``anthropic:NAME``, ``openai:NAME``) into a Model."""
+"""Model spec strings (``scripted:PATH``, ``anthropic:NAME``, ``openai:NAME``) to Models."""
 
 from __future__ import annotations
 

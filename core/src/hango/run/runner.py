@@ -32,6 +32,7 @@ from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.messages import Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
 from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
+from hango.tool.registry import ToolRegistry
 
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
 
@@ -49,6 +50,7 @@ class Harness:
 
     ``stack`` builds the middleware list from a ``StackConfig`` (default: ``default_stack`` over
     the installed plugins); ``model`` overrides every agent's model (tests, ``--model``);
+    ``tools`` replaces the tools named in agent files (tests, tools built at run time);
     ``settings`` are the ``HANGO_*`` settings plugins read (default: the environment).
     """
 
@@ -61,9 +63,11 @@ class Harness:
         plugins: PluginManager | None = None,
         model: Model | None = None,
         model_spec: str | None = None,
+        tools: ToolRegistry | None = None,
         settings: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
+        self.tools = tools
         self.tenant_id = tenant_id
         self.model = model
         self.model_spec = model_spec
@@ -82,7 +86,12 @@ class Harness:
         status: RunStatus = RunStatus.RUNNING,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
-        ``session_id`` continues one). ``status=QUEUED`` leaves it for a worker."""
+        ``session_id`` continues one). ``status=QUEUED`` leaves it for a worker.
+
+        Raises ``AgentFileError`` before recording anything when a tool path does not import.
+        """
+        if self.tools is None:
+            agent.load_tools()
         record = await self.store.put_agent(self.tenant_id, agent.name, agent.to_json())
         return await self.store.create_run(
             self.tenant_id, record.id, Message.user(message), session_id=session_id, status=status
@@ -116,18 +125,25 @@ class Harness:
             tg.cancel_scope.cancel()
 
     async def execute(
-        self, run_id: uuid.UUID, *, emit: Callable[[Event], Awaitable[None]] = _discard
+        self,
+        run_id: uuid.UUID,
+        *,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        stop: anyio.Event | None = None,
     ) -> RunFinished:
         """Run (or resume) ``run_id`` to its end and return how it finished.
 
         Raises ``NotFound`` and ``RunNotResumable``. A model error, a malformed stored state or a
         middleware error ends the run as failed (saved, with the error). Cancellation saves the
-        run as cancelled, then propagates.
+        run as cancelled, then propagates. Once ``stop`` is set, the run ends at the next turn
+        boundary, saved as ``queued`` (``run_loop``), for a worker to continue.
         """
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
             raise RunNotResumable(f"run {run_id} already completed")
-        resumed = run.version > 0
+        # Not ``version > 0``: a worker's claim increments the version before the run has
+        # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
+        resumed = run.state != {}
         agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
         agent = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
         saver = _Saver(self.store, run)
@@ -166,7 +182,8 @@ class Harness:
                 chain = Chain.build(self.stack(config))
                 span.add_event(telemetry.MIDDLEWARE_STACK, {"hango.middleware.names": chain.names})
                 model = self.model or agent.build_model(self.model_spec)
-                view = agent.load_tools().view(agent.tool_allowlist)
+                registry = self.tools if self.tools is not None else agent.load_tools()
+                view = registry.view(agent.tool_allowlist)
                 await checkpoint(state)
                 await emit(RunStarted(run_id, run.session_id, resumed))
                 await chain.before_run(state)
@@ -182,12 +199,14 @@ class Harness:
                     emit=emit,
                     checkpoint=checkpoint,
                     start_index=run.message_start,
+                    stop=stop,
                 )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     await saver.save(state, RunStatus.CANCELLED, error="cancelled")
                 raise
             except Exception as exc:
+                telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
                     if isinstance(exc, ModelError | StateError)

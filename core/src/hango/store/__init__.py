@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from hango.store.base import (
     AgentRecord,
+    Lease,
+    LeaseLost,
     NotFound,
+    QueueWatch,
     RunRecord,
     RunStore,
     SchemaError,
@@ -29,7 +32,10 @@ async def open_store(url: str) -> RunStore:
 
 __all__ = [
     "AgentRecord",
+    "Lease",
+    "LeaseLost",
     "NotFound",
+    "QueueWatch",
     "RunRecord",
     "RunStore",
     "SchemaError",

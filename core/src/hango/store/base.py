@@ -6,6 +6,7 @@ Two back ends implement it with the same behaviour and the same contract tests: 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Sequence
@@ -42,6 +43,13 @@ class SchemaError(StoreError):
     """The database schema is not one this code can use (for example, newer than the code)."""
 
 
+class LeaseLost(StoreError):
+    """The lease is no longer this worker's: it expired and another worker claimed the run.
+
+    Nothing was written. The old holder must stop: its next ``save_run`` fails with
+    ``StaleVersion`` too, because a claim increments the run's version."""
+
+
 @frozen
 class AgentRecord:
     """An immutable agent version: ``definition`` is the agent file as a JSON object."""
@@ -70,6 +78,41 @@ class RunRecord:
     state: JSON
     created_at: dt.datetime
     updated_at: dt.datetime
+    attempts: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: dt.datetime | None = None
+
+
+@frozen
+class Lease:
+    """A worker's hold on one run, from ``claim_run``.
+
+    ``token`` is new on every claim and is what ``renew_lease`` and ``release_run`` check, so
+    a worker whose lease expired cannot touch the run again. ``owner`` names the worker (for
+    people reading ``runs show``); ``attempt`` counts the claims of this run, this one
+    included; ``seconds`` is the lease length; ``expires_at`` is when it lapses unless renewed
+    (the database's clock on PostgreSQL, so workers' clocks need not agree).
+    """
+
+    tenant_id: uuid.UUID
+    run_id: uuid.UUID
+    token: uuid.UUID
+    owner: str
+    attempt: int
+    seconds: float
+    expires_at: dt.datetime
+
+
+class QueueWatch(Protocol):
+    """Wakes an idle worker when a run is queued (see ``RunStore.watch_queue``)."""
+
+    async def wait(self) -> None:
+        """Return when a run may have been queued for the watched tenant since the watch
+        started or the last ``wait`` returned: on PostgreSQL when its notification arrives
+        (one that came while nobody waited is kept, not lost); on SQLite, which has no
+        notifications, after a poll interval. Bound it with a cancel scope
+        (``anyio.move_on_after``) to re-check for expired leases, which notify no one."""
+        ...
 
 
 class RunStore(Protocol):
@@ -137,6 +180,45 @@ class RunStore(Protocol):
 
         Raises ``StaleVersion`` (writing nothing) when the run's version is not ``version``.
         """
+        ...
+
+    # -- the queue ----------------------------------------------------------------------------
+
+    async def claim_run(
+        self, tenant_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease | None:
+        """Take the oldest claimable run of the tenant, or ``None`` when there is none.
+
+        Claimable: status ``queued``, or ``running`` (or ``cancelled``: killed between saving and
+        releasing) under a lease that has expired, its worker gone. A run without a lease
+        (``hango run`` in a terminal) is never taken.
+        Atomically, the run becomes ``running`` under a new lease of ``lease_seconds``, its
+        ``attempts`` and ``version`` increment (so the previous holder's next save raises
+        ``StaleVersion``). Concurrent claims never return the same run: PostgreSQL uses
+        ``SELECT ... FOR UPDATE SKIP LOCKED``, SQLite a ``BEGIN IMMEDIATE`` transaction.
+        """
+        ...
+
+    async def renew_lease(self, lease: Lease) -> Lease:
+        """Extend the lease by ``lease.seconds`` from now; returns the renewed lease.
+
+        Raises ``LeaseLost`` (writing nothing) when the run was claimed by someone else or
+        released. Does not change the run's version or ``updated_at``."""
+        ...
+
+    async def release_run(self, lease: Lease) -> bool:
+        """Give up the lease: clear it, and put a run that did not finish (``running`` or
+        ``cancelled``) back to ``queued``; a finished run keeps its status. Increments the
+        version. Returns ``False``, writing nothing, when the lease was no longer held."""
+        ...
+
+    def watch_queue(
+        self, tenant_id: uuid.UUID
+    ) -> contextlib.AbstractAsyncContextManager[QueueWatch]:
+        """Watch for runs queued for ``tenant_id``. Enter before the first ``claim_run`` so no
+        run queued in between is missed: PostgreSQL LISTENs on the tenant's channel
+        ``hango_runs_<tenant hex>`` (a trigger NOTIFYs whenever a row becomes queued); SQLite
+        has no notifications, so its watch only sleeps a poll interval."""
         ...
 
     async def aclose(self) -> None: ...

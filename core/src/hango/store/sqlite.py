@@ -6,16 +6,18 @@ never blocks on disk and writes never interleave.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import attrs
 
 from hango.agent.events import RunStatus
 from hango.convert import message_from_json, message_to_json
@@ -23,6 +25,8 @@ from hango.provider.messages import Message, StopReason
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
+    Lease,
+    LeaseLost,
     NotFound,
     RunRecord,
     SessionBusy,
@@ -36,8 +40,11 @@ T = TypeVar("T")
 
 _RUN_COLUMNS = (
     "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
-    "state_json, created_at, updated_at"
+    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at"
 )
+
+#: How often an idle worker on SQLite looks for work: SQLite has no notifications.
+POLL_SECONDS = 0.5
 
 
 def sqlite_path(url: str) -> Path:
@@ -68,7 +75,19 @@ def _run(row: sqlite3.Row) -> RunRecord:
         state=_decode_state(row["state_json"]),
         created_at=dt.datetime.fromisoformat(row["created_at"]),
         updated_at=dt.datetime.fromisoformat(row["updated_at"]),
+        attempts=row["attempts"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=_parse_time(row["lease_expires_at"]),
     )
+
+
+def _lease_time(at: dt.datetime) -> str:
+    # Always with microseconds, so lease times compare correctly as text in SQL.
+    return at.isoformat(timespec="microseconds")
+
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    return None if text is None else dt.datetime.fromisoformat(text)
 
 
 def _dumps(value: Any) -> str:
@@ -174,7 +193,8 @@ class SqliteRunStore:
             if session_id is None:
                 session_id = uuid.uuid4()
                 conn.execute(
-                    "INSERT INTO sessions (tenant_id, id, agent_id, created_at) VALUES (?, ?, ?, ?)",
+                    "INSERT INTO sessions (tenant_id, id, agent_id, created_at) "
+                    "VALUES (?, ?, ?, ?)",
                     (tenant, str(session_id), str(agent_id), now),
                 )
             else:
@@ -339,3 +359,85 @@ class SqliteRunStore:
             return version + 1
 
         return await self._call(self._tx, save)
+
+    # -- the queue -------------------------------------------------------------------------
+
+    async def claim_run(
+        self, tenant_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease | None:
+        token = uuid.uuid4()
+
+        def claim(conn: sqlite3.Connection) -> Lease | None:
+            # BEGIN IMMEDIATE (in _tx) takes the write lock first: claims in every process on
+            # this file are serialised, so two can never pick the same row.
+            now = utcnow()
+            expires = now + dt.timedelta(seconds=lease_seconds)
+            row = conn.execute(
+                "UPDATE runs SET status = 'running', lease_owner = ?, lease_token = ?, "
+                "lease_expires_at = ?, attempts = attempts + 1, version = version + 1, "
+                "updated_at = ? "
+                "WHERE rowid = (SELECT rowid FROM runs WHERE tenant_id = ? "
+                "AND (status = 'queued' OR (status IN ('running', 'cancelled') "
+                "AND lease_expires_at < ?)) "
+                "ORDER BY created_at, rowid LIMIT 1) "
+                "RETURNING id, attempts",
+                (
+                    owner,
+                    str(token),
+                    _lease_time(expires),
+                    now.isoformat(),
+                    str(tenant_id),
+                    _lease_time(now),
+                ),
+            ).fetchone()
+            if row is None:
+                return None
+            return Lease(
+                tenant_id,
+                uuid.UUID(row["id"]),
+                token,
+                owner,
+                row["attempts"],
+                lease_seconds,
+                expires,
+            )
+
+        return await self._call(self._tx, claim)
+
+    async def renew_lease(self, lease: Lease) -> Lease:
+        expires = utcnow() + dt.timedelta(seconds=lease.seconds)
+
+        def renew(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE runs SET lease_expires_at = ? "
+                "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
+                (_lease_time(expires), str(lease.tenant_id), str(lease.run_id), str(lease.token)),
+            ).rowcount
+
+        if await self._call(self._tx, renew) != 1:
+            raise LeaseLost(f"run {lease.run_id}: the lease of {lease.owner} is lost")
+        return attrs.evolve(lease, expires_at=expires)
+
+    async def release_run(self, lease: Lease) -> bool:
+        def release(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
+                "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
+                "ELSE status END, version = version + 1, updated_at = ? "
+                "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
+                (utcnow().isoformat(), str(lease.tenant_id), str(lease.run_id), str(lease.token)),
+            ).rowcount
+
+        released: int = await self._call(self._tx, release)
+        return released == 1
+
+    @contextlib.asynccontextmanager
+    async def watch_queue(self, tenant_id: uuid.UUID) -> AsyncIterator[_PollWatch]:
+        yield _PollWatch()
+
+
+class _PollWatch:
+    """SQLite's queue watch: no notifications, so it sleeps ``POLL_SECONDS``."""
+
+    async def wait(self) -> None:
+        await anyio.sleep(POLL_SECONDS)

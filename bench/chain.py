@@ -1,0 +1,501 @@
+"""Chain overhead: hango's middleware chain against a bare closure onion and LangChain v1.
+
+Two parts, each measured side by side in one process and printed as a table::
+
+    uv run python -m bench.chain              # both parts (LangChain needs the bench group)
+    uv run python -m bench.chain --part micro
+    uv run python -m bench.chain --part e2e --tool-calls 10
+
+micro
+    ``Chain.model_call`` / ``Chain.tool_call`` with N pass-through wrappers (N = 0, 5, 20)
+    around a trivial async base, against N ``async def layer(req): return await inner(req)``
+    closures around the same base. Reports ns per call, ns per layer, the per-layer ratio
+    ``(hango(N) - hango(0)) / (bare(N) - bare(0))`` (the aim is <= 1.5) and the total ratio
+    ``hango(N) / bare(N)``, which also counts the chain's fixed per-call work (system-prompt
+    assembly for model calls, the exception guard for tool calls).
+
+e2e
+    One whole run of K tool calls (K + 1 model calls) through ``run_loop`` with an in-memory
+    state, a no-op checkpoint and hango's ``ScriptedModel``, against LangChain v1
+    ``create_agent`` with langchain-core's ``FakeMessagesListChatModel`` replaying the same
+    tool-call script. Each side gets N pass-through model wrappers, N tool wrappers, or N of
+    both. The cost N wrappers add to one model call is ``(run(N model wrappers) - run(0)) /
+    (K + 1)``; to one tool call ``(run(N tool wrappers) - run(0)) / K``.
+
+Every number is the minimum over ``--repeats`` samples; in each repeat the cases run in a new
+random order, so drift on a shared machine hits every case alike and the ratios stay stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import os
+import platform
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+from hango.agent.chain import Chain
+from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.middleware import (
+    Middleware,
+    ModelHandler,
+    ModelRequest,
+    ToolCallRequest,
+    ToolHandler,
+)
+from hango.agent.state import State
+from hango.provider.messages import Message, Request, StopReason, ToolUseBlock, Usage
+from hango.provider.model import ModelResponse
+from hango.provider.scripted import ScriptedModel
+from hango.tool import ToolRegistry, ToolResult, tool
+
+DEPTHS = (0, 5, 20)
+#: The per-layer aim from the chain issue: a hango layer costs at most 1.5 bare layers.
+PER_LAYER_AIM = 1.5
+
+Case = Callable[[], Awaitable[object]]
+#: (call, side, N) in the micro part; (side, wrapper kind, N) in the e2e part.
+Key = tuple[str, str, int]
+
+
+# -- pass-through middlewares ----------------------------------------------------------------
+
+
+class PassModel:
+    """A ModelWrapper that only calls ``next``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+        return await next(req)
+
+
+class PassTool:
+    """A ToolWrapper that only calls ``next``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        return await next(req)
+
+
+class PassBoth(PassModel, PassTool):
+    """Both wrappers, like a real middleware that watches model and tool calls."""
+
+
+def bare_onion(
+    base: Callable[[Any], Awaitable[Any]], depth: int
+) -> Callable[[Any], Awaitable[Any]]:
+    """``depth`` plain async closures around ``base``: the floor a chain layer is held to."""
+    handler = base
+    for _ in range(depth):
+
+        def wrap(inner: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+            async def layer(req: Any) -> Any:
+                return await inner(req)
+
+            return layer
+
+        handler = wrap(handler)
+    return handler
+
+
+def new_state() -> State:
+    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
+
+
+# -- measurement -----------------------------------------------------------------------------
+
+
+async def _sample(case: Case, calls: int) -> float:
+    """Nanoseconds per call of ``case`` over ``calls`` consecutive awaits."""
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        await case()
+    return (time.perf_counter_ns() - start) / calls
+
+
+#: One repeat: ns per call of every case, all sampled within a few hundred milliseconds.
+Repeat = Mapping[Key, float]
+
+
+async def measure(
+    cases: Mapping[Key, Case], *, sample_ms: float, repeats: int, seed: int
+) -> list[Repeat]:
+    """``repeats`` rounds in which every case runs one sample of about ``sample_ms``.
+
+    The cases run in a new random order in every round, so drift on a shared machine hits
+    every case alike. Callers take the minimum of a case's samples as its cost (contention only
+    ever adds time) and the median over rounds of a ratio computed within each round.
+    """
+    rng = random.Random(seed)
+    keys = list(cases)
+    calls: dict[Key, int] = {}
+    for key in keys:  # warm-up (first-call caches: onions, validators, pydantic), calibration
+        await _sample(cases[key], 1)
+        per_call = await _sample(cases[key], 3)
+        calls[key] = max(1, round(sample_ms * 1e6 / per_call))
+    rounds: list[Repeat] = []
+    for _ in range(repeats):
+        rng.shuffle(keys)
+        sample: dict[Key, float] = {}
+        for key in keys:
+            gc.collect()
+            sample[key] = await _sample(cases[key], calls[key])
+        rounds.append(sample)
+    return rounds
+
+
+def best(rounds: Sequence[Repeat], key: Key) -> float:
+    return min(r[key] for r in rounds)
+
+
+def median_ratio(rounds: Sequence[Repeat], ratio: Callable[[Repeat], float]) -> float:
+    return statistics.median(ratio(r) for r in rounds)
+
+
+# -- micro: the chain alone ------------------------------------------------------------------
+
+_RESPONSE = ModelResponse(Message("assistant", ()), StopReason.END_TURN, Usage())
+_RESULT = ToolResult("ok")
+
+
+async def _base_model(req: ModelRequest) -> ModelResponse:
+    return _RESPONSE
+
+
+async def _base_tool(req: ToolCallRequest) -> ToolResult:
+    return _RESULT
+
+
+def micro_cases() -> dict[Key, Case]:
+    state = new_state()
+    mreq = ModelRequest(Request(model="bench", messages=(Message.user("hi"),)), state)
+    treq = ToolCallRequest(ToolUseBlock("call_0", "echo", {"text": "hi"}), None, state)
+    cases: dict[Key, Case] = {}
+    for n in DEPTHS:
+        mchain = Chain.build([PassModel(f"m{i}") for i in range(n)])
+        tchain = Chain.build([PassTool(f"t{i}") for i in range(n)])
+        bare_m = bare_onion(_base_model, n)
+        bare_t = bare_onion(_base_tool, n)
+        # Default arguments pin this iteration's objects in each lambda.
+        cases["model", "hango", n] = lambda c=mchain: c.model_call(mreq, _base_model)
+        cases["model", "bare", n] = lambda h=bare_m: h(mreq)
+        cases["tool", "hango", n] = lambda c=tchain: c.tool_call(treq, _base_tool)
+        cases["tool", "bare", n] = lambda h=bare_t: h(treq)
+    return cases
+
+
+def micro_table(rounds: Sequence[Repeat]) -> tuple[list[str], bool]:
+    """The micro table's lines and whether every per-layer ratio meets the aim."""
+    lines = [
+        "| call | N | hango ns/call | bare ns/call | hango ns/layer | bare ns/layer "
+        "| per-layer ratio | total ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    met = True
+    for op in ("model", "tool"):
+        h0, b0 = best(rounds, (op, "hango", 0)), best(rounds, (op, "bare", 0))
+        for n in DEPTHS:
+            h, b = best(rounds, (op, "hango", n)), best(rounds, (op, "bare", n))
+
+            def total(r: Repeat, op: str = op, n: int = n) -> float:
+                return r[op, "hango", n] / r[op, "bare", n]
+
+            def per_layer(r: Repeat, op: str = op, n: int = n) -> float:
+                hango = r[op, "hango", n] - r[op, "hango", 0]
+                return hango / (r[op, "bare", n] - r[op, "bare", 0])
+
+            if n:
+                ratio = median_ratio(rounds, per_layer)
+                met = met and ratio <= PER_LAYER_AIM
+                layer = f"{(h - h0) / n:.0f} | {(b - b0) / n:.0f} | {ratio:.2f}x"
+            else:
+                layer = "- | - | -"
+            lines.append(
+                f"| {op} | {n} | {h:.0f} | {b:.0f} | {layer} | {median_ratio(rounds, total):.2f}x |"
+            )
+    return lines, met
+
+
+# -- e2e: a whole run, hango against LangChain -----------------------------------------------
+
+
+@tool
+async def echo(text: str) -> str:
+    """Return ``text`` unchanged."""
+    return text
+
+
+WRAPPERS: dict[str, type[PassModel] | type[PassTool]] = {
+    "model": PassModel,
+    "tool": PassTool,
+    "both": PassBoth,
+}
+
+
+def _script(k: int) -> list[dict[str, Any]]:
+    """K turns of one ``echo`` call each, then a closing text turn."""
+    call: dict[str, Any] = {"name": "echo", "input": {"text": "hi"}}
+    return [{"tool_calls": [call]} for _ in range(k)] + [{"text": "done"}]
+
+
+async def _ignore(_: object) -> None:
+    pass
+
+
+def hango_runner(k: int, stack: Sequence[Middleware]) -> Callable[[], Awaitable[list[Message]]]:
+    """A run as the Harness does it (chain built per run), minus the store."""
+    model = ScriptedModel.from_turns(_script(k))
+    view = ToolRegistry([echo]).view()
+    settings = LoopSettings(model="bench", max_turns=k + 2)
+
+    async def run() -> list[Message]:
+        state = new_state()
+        state.messages.append(Message.user("go"))
+        await run_loop(
+            state,
+            chain=Chain.build(stack),
+            model=model,
+            view=view,
+            settings=settings,
+            emit=_ignore,
+            checkpoint=_ignore,
+        )
+        return state.messages
+
+    return run
+
+
+def check_hango(k: int, messages: list[Message]) -> None:
+    results = [r for m in messages for r in m.tool_results]
+    if len(results) != k or any(r.is_error for r in results) or messages[-1].text != "done":
+        raise RuntimeError(f"hango run did not make {k} good tool calls: {messages!r}")
+
+
+def langchain_runners(k: int) -> dict[tuple[str, int], Callable[[], Awaitable[Any]]] | None:
+    """LangChain v1 runners keyed by (wrapper kind, N), or None without the bench group."""
+    try:
+        from langchain.agents import create_agent
+        from langchain.agents.middleware import AgentMiddleware
+        from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+        from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+        from langchain_core.outputs import ChatResult
+        from langchain_core.tools import tool as lc_tool
+    except ImportError:
+        return None
+
+    class ScriptChatModel(FakeMessagesListChatModel):
+        """langchain-core's list fake made fit for create_agent: ``bind_tools`` keeps the
+        script, and ``_agenerate`` answers in the event loop (the base class sends its sync
+        ``_generate`` to a worker thread, a hop hango's ScriptedModel does not make)."""
+
+        def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+            return self
+
+        async def _agenerate(
+            self,
+            messages: list[BaseMessage],
+            stop: list[str] | None = None,
+            run_manager: Any = None,
+            **kwargs: Any,
+        ) -> ChatResult:
+            return self._generate(messages, stop)
+
+    class LCName:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        @property
+        def name(self) -> str:  # create_agent rejects repeated names (default: class name)
+            return self._name
+
+    class LCPassModel(LCName, AgentMiddleware):  # type: ignore[misc]
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    class LCPassTool(LCName, AgentMiddleware):  # type: ignore[misc]
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    class LCPassBoth(LCPassModel, LCPassTool):
+        pass
+
+    @lc_tool("echo")
+    async def lc_echo(text: str) -> str:
+        """Return ``text`` unchanged."""
+        return text
+
+    turns: list[BaseMessage] = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "echo", "args": {"text": "hi"}, "id": f"call_{i}"}],
+        )
+        for i in range(k)
+    ]
+    turns.append(AIMessage(content="done"))
+    kinds = {"model": LCPassModel, "tool": LCPassTool, "both": LCPassBoth}
+    config: Any = {"recursion_limit": 2 * k + 10}
+
+    def runner(kind: str, n: int) -> Callable[[], Awaitable[Any]]:
+        middleware = [kinds[kind](f"{kind}{i}") for i in range(n)]
+        agent = create_agent(ScriptChatModel(responses=turns), [lc_echo], middleware=middleware)
+
+        async def run() -> Any:
+            return await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
+
+        return run
+
+    out = {("both", 0): runner("both", 0)}
+    for kind in kinds:
+        for n in DEPTHS[1:]:
+            out[kind, n] = runner(kind, n)
+    return out
+
+
+def check_langchain(k: int, result: Any) -> None:
+    messages = result["messages"]
+    tool_messages = [m for m in messages if m.type == "tool"]
+    if len(tool_messages) != k or any(m.status == "error" for m in tool_messages):
+        raise RuntimeError(f"LangChain run did not make {k} good tool calls: {messages!r}")
+    if messages[-1].content != "done":
+        raise RuntimeError(f"LangChain run did not end with the closing turn: {messages!r}")
+
+
+async def e2e_cases(k: int) -> tuple[dict[Key, Case], bool]:
+    """The cases keyed by (side, kind, N), checked once each; and whether LangChain is there."""
+    cases: dict[Key, Case] = {}
+    hango_run = hango_runner(k, [])
+    check_hango(k, await hango_run())
+    cases["hango", "both", 0] = hango_run
+    for kind, cls in WRAPPERS.items():
+        for n in DEPTHS[1:]:
+            hango_run = hango_runner(k, [cls(f"{kind}{i}") for i in range(n)])
+            check_hango(k, await hango_run())
+            cases["hango", kind, n] = hango_run
+    lc = langchain_runners(k)
+    if lc is not None:
+        for (kind, n), lc_run in lc.items():
+            check_langchain(k, await lc_run())
+            cases["langchain", kind, n] = lc_run
+    return cases, lc is not None
+
+
+def e2e_table(rounds: Sequence[Repeat], k: int, with_lc: bool) -> list[str]:
+    """Run time with N of both wrappers, and what N wrappers add to one model / tool call."""
+
+    def added(r: Repeat, side: str, kind: str, n: int) -> float:
+        """ns that N ``kind`` wrappers add to one model call (kind "model") or tool call."""
+        return (r[side, kind, n] - r[side, "both", 0]) / (k + 1 if kind == "model" else k)
+
+    def cells(side: str, n: int) -> list[float]:
+        """µs per run with N of both; ns added per model call; ns added per tool call."""
+        lowest = {key: best(rounds, key) for key in rounds[0] if key[0] == side}
+        run = lowest[side, "both", n] / 1000
+        if not n:
+            return [run]
+        return [run, added(lowest, side, "model", n), added(lowest, side, "tool", n)]
+
+    if not with_lc:
+        lines = ["| N | hango µs/run | +ns/model call | +ns/tool call |", "|---:|---:|---:|---:|"]
+        for n in DEPTHS:
+            row = [*cells("hango", n), 0.0, 0.0]
+            lines.append(f"| {n} | {row[0]:.0f} | {row[1]:.0f} | {row[2]:.0f} |")
+        return lines
+    lines = [
+        "| N | hango µs/run | LangChain µs/run | run ratio "
+        "| hango +ns/model call | LangChain +ns/model call | model ratio "
+        "| hango +ns/tool call | LangChain +ns/tool call | tool ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in DEPTHS:
+        h, lc = cells("hango", n), cells("langchain", n)
+
+        def run_ratio(r: Repeat, n: int = n) -> float:
+            return r["hango", "both", n] / r["langchain", "both", n]
+
+        row = f"| {n} | {h[0]:.0f} | {lc[0]:.0f} | {median_ratio(rounds, run_ratio):.2f}x"
+        for i, kind in ((1, "model"), (2, "tool")):
+            if not n:
+                row += " | - | - | -"
+                continue
+
+            def call_ratio(r: Repeat, kind: str = kind, n: int = n) -> float:
+                return added(r, "hango", kind, n) / added(r, "langchain", kind, n)
+
+            row += f" | {h[i]:.0f} | {lc[i]:.0f} | {median_ratio(rounds, call_ratio):.3f}x"
+        lines.append(row + " |")
+    return lines
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def header() -> str:
+    return (
+        f"{datetime.date.today().isoformat()}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} cores, hango {_version('hango')}, langchain {_version('langchain')}, "
+        f"langchain-core {_version('langchain-core')}, langgraph {_version('langgraph')}"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(f"# Chain overhead ({header()})")
+    if args.part in ("micro", "all"):
+        rounds = await measure(micro_cases(), sample_ms=args.micro_ms, repeats=args.repeats, seed=1)
+        lines, met = micro_table(rounds)
+        print(
+            f"\n## micro: ns per call, trivial async base; {args.repeats} rounds of "
+            f"{args.micro_ms:g} ms samples (ns: min; ratios: median of in-round ratios)\n"
+        )
+        print("\n".join(lines))
+        verdict = "met" if met else "MISSED"
+        print(f"\nper-layer aim <= {PER_LAYER_AIM}x: {verdict}")
+    if args.part in ("e2e", "all"):
+        k = args.tool_calls
+        cases, with_lc = await e2e_cases(k)
+        rounds = await measure(cases, sample_ms=args.e2e_ms, repeats=args.repeats, seed=2)
+        print(
+            f"\n## e2e: one run of {k} tool calls ({k + 1} model calls); {args.repeats} "
+            f"rounds of {args.e2e_ms:g} ms samples (µs, ns: min; ratios: median of in-round "
+            f"ratios)\n"
+        )
+        print("\n".join(e2e_table(rounds, k, with_lc)))
+        if not with_lc:
+            print("\nLangChain is not installed: `uv sync --group bench` adds it.")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
+    parser.add_argument("--part", choices=("micro", "e2e", "all"), default="all")
+    parser.add_argument("--repeats", type=int, default=40, help="rounds (min / median taken)")
+    parser.add_argument("--micro-ms", type=float, default=4, help="micro: ms per sample")
+    parser.add_argument("--e2e-ms", type=float, default=100, help="e2e: ms per sample")
+    parser.add_argument("--tool-calls", type=int, default=10, help="e2e: K tool calls per run")
+    parser.add_argument("--quick", action="store_true", help="a smoke run with small counts")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.micro_ms, args.e2e_ms = 2, 2, 20
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

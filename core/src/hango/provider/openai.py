@@ -1,0 +1,343 @@
+"""``OpenAIChatModel``: OpenAI Chat Completions, streamed, on the official ``openai`` SDK.
+
+Works with api.openai.com and any OpenAI-compatible server (vLLM, llama.cpp ``llama-server``,
+Ollama, ...) through ``base_url``. Needs the ``hango[openai]`` extra; importing this module
+without it raises ``ModelSpecError`` saying what to install.
+
+Request mapping (https://platform.openai.com/docs/api-reference/chat/create):
+
+- ``Request.system`` becomes one leading ``role: system`` message. Chat Completions has no cache
+  breakpoints (OpenAI caches prompt prefixes by itself,
+  https://platform.openai.com/docs/guides/prompt-caching), so ``cache_control`` is not sent.
+- One text block is sent as a ``content`` string; several as a list of text parts, so no
+  separator is invented between them.
+- A user message's ``tool_result`` blocks become ``role: tool`` messages (``tool_call_id``,
+  ``content``), in order, followed by its text (if any) as a ``role: user`` message: the API
+  wants each tool reply right after the assistant message that asked for it
+  (https://platform.openai.com/docs/guides/function-calling). ``is_error`` has no field there;
+  an error result's content says what went wrong.
+- An assistant message's text is ``content`` (``null`` when it has only tool calls) and its
+  ``tool_use`` blocks are ``tool_calls`` entries ``{id, type: function, function: {name,
+  arguments}}`` where ``arguments`` is the input as compact JSON, or the raw string the model
+  produced when that was not valid JSON. Thinking blocks have no Chat Completions field and are
+  not sent.
+- Tools are ``{type: function, function: {name, description, parameters}}``; the output limit
+  goes in ``max_completion_tokens`` (what OpenAI's reasoning models require) or ``max_tokens``
+  (what every compatible server reads), chosen by ``max_tokens_field``.
+
+Stream mapping (https://platform.openai.com/docs/api-reference/chat-streaming): ``delta.content``
+-> ``TextDelta``; ``delta.tool_calls`` are accumulated per ``index``: the first piece of an index
+gives its ``id`` and ``function.name`` (``ToolUseStart``), every ``function.arguments`` piece is a
+``ToolInputDelta``, and the stream's end closes each call (``ToolUseStop``). Parallel calls get
+consecutive block indices in order of appearance. ``delta.refusal`` is streamed as text and makes
+the turn a refusal. ``stream_options.include_usage`` asks for the final usage chunk.
+Finish reasons: ``stop`` -> ``end_turn``, ``length`` -> ``max_tokens``, ``tool_calls`` (and the
+deprecated ``function_call``) -> ``tool_use``, ``content_filter`` -> ``refusal``; a turn that
+streamed tool calls is ``tool_use`` even when a server reports ``stop``. Usage:
+``prompt_tokens_details.cached_tokens`` is ``cache_read_input_tokens`` and is taken out of
+``input_tokens``, which (as with Anthropic) counts only uncached prompt tokens.
+
+Errors (https://platform.openai.com/docs/guides/error-codes): 429 (except
+``insufficient_quota``), 5xx and connection errors are retried (see ``hango.provider.retry``);
+anything else raises ``ModelError`` with the server's own message. The SDK's own retries are
+switched off so these are the only ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Final, Literal
+
+from hango.provider.select import ModelSpecError
+
+try:
+    import openai
+    from openai.types import CompletionUsage
+    from openai.types.chat import (
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionChunk,
+        ChatCompletionContentPartTextParam,
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessageFunctionToolCallParam,
+        ChatCompletionMessageParam,
+    )
+    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+except ImportError as exc:  # the SDK is the optional extra
+    raise ModelSpecError(
+        "openai models need the openai extra: pip install 'hango[openai]'"
+    ) from exc
+
+from hango.provider.events import (
+    MessageStop,
+    StreamEvent,
+    TextDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
+from hango.provider.messages import (
+    Message,
+    Request,
+    StopReason,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    Usage,
+)
+from hango.provider.retry import (
+    Failure,
+    RetryPolicy,
+    is_transient_status,
+    retry_after_seconds,
+    stream_with_retries,
+)
+
+MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+
+_FINISH_REASONS: Final[Mapping[str, StopReason]] = {
+    "stop": StopReason.END_TURN,
+    "length": StopReason.MAX_TOKENS,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+    "content_filter": StopReason.REFUSAL,
+}
+
+
+class OpenAIChatModel:
+    """A ``Model`` on the Chat Completions API of OpenAI or an OpenAI-compatible server.
+
+    ``client`` is an ``openai.AsyncOpenAI`` (a copy with the SDK's retries off is used).
+    ``name`` is the model id sent with every call; ``Request.model`` is not sent, as it holds
+    the agent file's model spec, which ``--model`` may have overridden. ``max_retries`` further
+    attempts follow a transient failure, the first after ``base_delay`` seconds, doubling.
+    ``max_tokens_field`` names the request field that carries ``Request.max_tokens``.
+    """
+
+    provider_name: Final = "openai"
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        name: str,
+        *,
+        max_retries: int = 4,
+        base_delay: float = 1.0,
+        max_tokens_field: MaxTokensField = "max_completion_tokens",
+    ) -> None:
+        self._client = client.with_options(max_retries=0)
+        self.name = name
+        self.max_tokens_field = max_tokens_field
+        self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
+
+    @classmethod
+    def from_env(cls, name: str, base_url: str | None = None) -> OpenAIChatModel:
+        """Build from ``OPENAI_API_KEY``; ``base_url`` (else ``OPENAI_BASE_URL``) selects a
+        compatible server, which gets ``max_tokens`` and needs no key unless it checks one.
+
+        Raises ``ModelSpecError`` when api.openai.com is meant and no key is set.
+        """
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = os.environ.get("OPENAI_API_KEY") or None
+        if api_key is None:
+            if base_url is None:
+                raise ModelSpecError(
+                    f"openai:{name} needs an API key: set OPENAI_API_KEY"
+                    " (or pass --base-url for a local OpenAI-compatible server)"
+                )
+            api_key = "unused"  # local servers usually check no key, but the SDK wants one
+        client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
+        field: MaxTokensField = "max_completion_tokens" if base_url is None else "max_tokens"
+        return cls(client, name, max_tokens_field=field)
+
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        """Stream one Chat Completions call as hango events; raises ``ModelError``."""
+        return stream_with_retries(lambda: self._attempt(request), self.retry, _explain)
+
+    async def _attempt(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        limit = request.max_tokens
+        chat_stream = await self._client.chat.completions.create(
+            model=self.name,
+            messages=_messages(request),
+            tools=[_tool(t) for t in request.tools] if request.tools else openai.omit,
+            temperature=openai.omit if request.temperature is None else request.temperature,
+            stop=list(request.stop_sequences) or openai.omit,
+            max_completion_tokens=limit
+            if self.max_tokens_field == "max_completion_tokens"
+            else openai.omit,
+            max_tokens=limit if self.max_tokens_field == "max_tokens" else openai.omit,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        # ``async with``: leaving early (cancellation, a closed generator) closes the HTTP stream.
+        async with chat_stream:
+            mapper = _ChunkMapper()
+            async for chunk in chat_stream:
+                for event in mapper.map(chunk):
+                    yield event
+            for event in mapper.end():
+                yield event
+
+
+def _content(blocks: Sequence[TextBlock]) -> str | list[ChatCompletionContentPartTextParam]:
+    if len(blocks) == 1:
+        return blocks[0].text
+    return [{"type": "text", "text": b.text} for b in blocks]
+
+
+def _arguments(call: ToolUseBlock) -> str:
+    if isinstance(call.input, str):
+        return call.input  # the model's own malformed arguments, sent back as they came
+    return json.dumps(call.input, ensure_ascii=False, separators=(",", ":"))
+
+
+def _assistant(message: Message) -> ChatCompletionAssistantMessageParam:
+    texts = [b for b in message.content if isinstance(b, TextBlock)]
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
+        for c in message.tool_uses
+    ]
+    param: ChatCompletionAssistantMessageParam = {
+        "role": "assistant",
+        # null only beside tool calls: an assistant message must carry one or the other
+        "content": _content(texts) if texts else (None if calls else ""),
+    }
+    if calls:
+        param["tool_calls"] = calls
+    return param
+
+
+def _user(message: Message) -> list[ChatCompletionMessageParam]:
+    replies: list[ChatCompletionMessageParam] = [
+        {"role": "tool", "tool_call_id": b.tool_use_id, "content": b.content}
+        for b in message.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    texts = [b for b in message.content if isinstance(b, TextBlock)]
+    if texts:
+        replies.append({"role": "user", "content": _content(texts)})
+    return replies
+
+
+def _messages(request: Request) -> list[ChatCompletionMessageParam]:
+    messages: list[ChatCompletionMessageParam] = []
+    if request.system:
+        messages.append({"role": "system", "content": _content(request.system)})
+    for message in request.messages:
+        if message.role == "user":
+            messages += _user(message)
+        else:
+            messages.append(_assistant(message))
+    return messages
+
+
+def _tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": dict(spec.input_schema),
+        },
+    }
+
+
+def _usage(usage: CompletionUsage) -> Usage:
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    return Usage(
+        input_tokens=usage.prompt_tokens - cached,
+        output_tokens=usage.completion_tokens,
+        cache_read_input_tokens=cached,
+    )
+
+
+class _ChunkMapper:
+    """Turns streamed chunks into hango events; ``end`` gives the closing events."""
+
+    def __init__(self) -> None:
+        self.text_block: int | None = None
+        self.tool_blocks: dict[int, int] = {}  # tool-call index -> block index
+        self.finish_reason: str | None = None
+        self.refused = False
+        self.usage = Usage()
+
+    def _next_block(self) -> int:
+        return len(self.tool_blocks) + (self.text_block is not None)
+
+    def _text(self, text: str) -> TextDelta:
+        if self.text_block is None:
+            self.text_block = self._next_block()
+        return TextDelta(self.text_block, text)
+
+    def _tool_call(self, call: ChoiceDeltaToolCall) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        block = self.tool_blocks.get(call.index)
+        if block is None:
+            block = self.tool_blocks[call.index] = self._next_block()
+            name = call.function.name if call.function is not None else None
+            # Some compatible servers send no id; it only has to pair the call with its
+            # result inside this conversation.
+            events.append(ToolUseStart(block, call.id or f"call_{call.index}", name or ""))
+        if call.function is not None and call.function.arguments:
+            events.append(ToolInputDelta(block, call.function.arguments))
+        return events
+
+    def map(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        events: list[StreamEvent] = []
+        for choice in chunk.choices:
+            if choice.index != 0:  # hango asks for one choice; others are not its turn
+                continue
+            if choice.delta.content:
+                events.append(self._text(choice.delta.content))
+            if choice.delta.refusal:
+                self.refused = True
+                events.append(self._text(choice.delta.refusal))
+            for call in choice.delta.tool_calls or ():
+                events += self._tool_call(call)
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+        return events
+
+    def end(self) -> list[StreamEvent]:
+        """The closing events, or none if no finish reason arrived (a cut-off stream, which the
+        accumulator then reports as a stream without a message stop)."""
+        if self.finish_reason is None:
+            return []
+        stop = _FINISH_REASONS.get(self.finish_reason, StopReason.END_TURN)
+        if stop is StopReason.END_TURN and self.refused:
+            stop = StopReason.REFUSAL
+        elif stop is StopReason.END_TURN and self.tool_blocks:
+            stop = StopReason.TOOL_USE
+        closing: list[StreamEvent] = [ToolUseStop(b) for b in self.tool_blocks.values()]
+        return [*closing, MessageStop(stop, self.usage)]
+
+
+def _api_message(exc: openai.APIError) -> str:
+    # The SDK puts the body's ``error`` object in ``body``; its ``message`` is the server's text.
+    if isinstance(exc.body, Mapping) and isinstance(exc.body.get("message"), str):
+        return str(exc.body["message"])
+    return exc.message
+
+
+def _explain(exc: Exception) -> Failure | None:
+    if isinstance(exc, openai.APIStatusError):
+        # insufficient_quota is a 429 that waiting does not fix
+        quota = exc.code == "insufficient_quota"
+        return Failure(
+            f"openai {exc.type or 'error'} (HTTP {exc.status_code}): {_api_message(exc)}",
+            transient=is_transient_status(exc.status_code) and not quota,
+            status=exc.status_code,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        return Failure(f"openai: {exc.message}", transient=True)
+    if isinstance(exc, openai.APIError):  # an error object inside the stream
+        return Failure(f"openai {exc.type or 'error'} (in stream): {_api_message(exc)}", False)
+    if isinstance(exc, openai.OpenAIError):
+        return Failure(f"openai: {exc}", transient=False)
+    return None

@@ -1,0 +1,233 @@
+"""The queue worker: claim queued runs, execute them under a renewed lease, release them.
+
+Any number of workers, in any number of processes on any number of machines, share one store
+(PostgreSQL; SQLite works too, on one machine). A run is held under a lease that the worker
+renews every third of its length while it works; a worker that dies stops renewing, and once
+the lease has expired another worker claims the run and resumes it from its last saved turn
+boundary (the claim increments the run's version, so the dead worker, should it wake, fails
+its next save with ``StaleVersion`` and writes nothing).
+
+::
+
+    worker = Worker(Harness(store, tenant_id=tenant), concurrency=4)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        ...
+        worker.stop()   # SIGTERM: stop claiming, finish the current turns, release
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import anyio
+import anyio.abc
+
+from hango.agent.events import RunFinished, RunStatus
+from hango.run.runner import Harness
+from hango.store.base import Lease, LeaseLost, QueueWatch, StaleVersion
+
+log = logging.getLogger("hango.worker")
+
+
+def worker_name() -> str:
+    """``host:pid``: who holds a lease, as ``runs show`` and the logs print it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """Executes the queued runs of ``harness``'s tenant, ``concurrency`` at a time.
+
+    ``lease_seconds`` is how long a claim lasts unless renewed (renewed every third of it);
+    a run reclaimed more than ``max_attempts`` times in a row without being released (its
+    workers keep dying on it) is failed instead of being tried again. Raises ``ValueError``
+    for a setting below its minimum.
+    """
+
+    def __init__(
+        self,
+        harness: Harness,
+        *,
+        name: str | None = None,
+        concurrency: int = 4,
+        lease_seconds: float = 30.0,
+        max_attempts: int = 5,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if lease_seconds <= 0:
+            raise ValueError(f"the lease must be positive, got {lease_seconds} s")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.harness = harness
+        self.store = harness.store
+        self.name = name or worker_name()
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        # Expired leases notify no one, so an idle worker also looks every so often.
+        self.idle_seconds = min(lease_seconds / 2, 5.0)
+        self._stop = anyio.Event()
+        self._claiming = anyio.CancelScope()
+        self._runs: anyio.CancelScope | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` (or ``kill``) was called."""
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Stop claiming; each run in progress stops at its next turn boundary, saved, and is
+        released back to the queue. ``run`` returns once they all have."""
+        self._stop.set()
+        self._claiming.cancel()
+
+    def kill(self) -> None:
+        """Stop now: runs in progress are cancelled (saved as they are) and released back to
+        the queue; an unfinished tool batch is finished by whoever resumes them."""
+        self.stop()
+        if self._runs is not None:
+            self._runs.cancel()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Claim and execute runs until ``stop`` (or ``kill``); signals ``task_status`` once
+        it listens for work. Store errors while claiming are logged and retried."""
+        slots = anyio.Semaphore(self.concurrency)
+        async with anyio.create_task_group() as runs:
+            self._runs = runs.cancel_scope
+            with self._claiming:
+                async with self.store.watch_queue(self.harness.tenant_id) as watch:
+                    log.info(
+                        "worker %s ready: tenant %s, concurrency %d, lease %g s",
+                        self.name,
+                        self.harness.tenant_id,
+                        self.concurrency,
+                        self.lease_seconds,
+                    )
+                    task_status.started()
+                    while True:
+                        await slots.acquire()
+                        lease = await self._claim()
+                        if lease is None:
+                            slots.release()
+                            await self._idle(watch)
+                        elif self._stop.is_set():
+                            slots.release()
+                            await self._release(lease)
+                        else:
+                            runs.start_soon(self._work, lease, slots, name=str(lease.run_id))
+        log.info("worker %s stopped", self.name)
+
+    async def _claim(self) -> Lease | None:
+        lease = None
+        # Shielded: a claim cancelled half way could take a run that nobody then works on.
+        with anyio.CancelScope(shield=True):
+            try:
+                lease = await self.store.claim_run(
+                    self.harness.tenant_id, self.name, lease_seconds=self.lease_seconds
+                )
+            except Exception as exc:
+                log.warning("claiming a run failed (retrying): %s", exc)
+        return lease
+
+    async def _idle(self, watch: QueueWatch) -> None:
+        with anyio.move_on_after(self.idle_seconds):
+            try:
+                await watch.wait()
+            except Exception as exc:
+                log.warning("waiting for runs failed (retrying): %s", exc)
+                await anyio.sleep(self.idle_seconds)
+
+    async def _work(self, lease: Lease, slots: anyio.Semaphore) -> None:
+        try:
+            log.info("run %s claimed (attempt %d)", lease.run_id, lease.attempt)
+            if lease.attempt > self.max_attempts:
+                await self._fail(
+                    lease,
+                    f"abandoned after {lease.attempt - 1} attempts: every worker that claimed it "
+                    "stopped without releasing it (killed, or its lease expired)",
+                )
+            else:
+                await self._execute(lease)
+        finally:
+            await self._release(lease)
+            slots.release()
+
+    async def _execute(self, lease: Lease) -> None:
+        finished: RunFinished | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keep_lease, lease, tg.cancel_scope)
+            try:
+                finished = await self.harness.execute(lease.run_id, stop=self._stop)
+            except (StaleVersion, LeaseLost) as exc:
+                log.warning("run %s: another worker owns it now; stopped (%s)", lease.run_id, exc)
+            except Exception as exc:
+                log.exception("run %s: could not be executed", lease.run_id)
+                await self._fail(lease, f"{type(exc).__name__}: {exc}")
+            tg.cancel_scope.cancel()
+        if finished is None:
+            return
+        if finished.status is RunStatus.QUEUED:
+            log.info("run %s stopped at a turn boundary; back to the queue", lease.run_id)
+        elif finished.error:
+            log.info("run %s %s: %s", lease.run_id, finished.status.value, finished.error)
+        else:
+            log.info("run %s %s", lease.run_id, finished.status.value)
+
+    async def _keep_lease(self, lease: Lease, scope: anyio.CancelScope) -> None:
+        """Renew every third of the lease; cancel the run (``scope``) once the lease is lost or
+        could not be renewed before it expired (another worker may have the run by then)."""
+        deadline = anyio.current_time() + lease.seconds
+        while True:
+            await anyio.sleep(lease.seconds / 3)
+            attempted = anyio.current_time()
+            try:
+                lease = await self.store.renew_lease(lease)
+            except LeaseLost:
+                log.warning("run %s: lease lost to another worker; stopping it", lease.run_id)
+                break
+            except Exception as exc:
+                if anyio.current_time() + lease.seconds / 3 >= deadline:
+                    log.error(
+                        "run %s: lease expiring, renewal failed (%s); stopping it",
+                        lease.run_id,
+                        exc,
+                    )
+                    break
+                log.warning("run %s: renewing the lease failed (retrying): %s", lease.run_id, exc)
+            else:
+                deadline = attempted + lease.seconds
+        scope.cancel()
+
+    async def _fail(self, lease: Lease, error: str) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                run = await self.store.get_run(lease.tenant_id, lease.run_id)
+                await self.store.save_run(
+                    lease.tenant_id,
+                    lease.run_id,
+                    version=run.version,
+                    status=RunStatus.FAILED,
+                    state=None,
+                    error=error,
+                )
+                log.error("run %s failed: %s", lease.run_id, error)
+            except Exception as exc:
+                log.error("run %s: could not record its failure (%s): %s", lease.run_id, exc, error)
+
+    async def _release(self, lease: Lease) -> None:
+        # Always tried, even after a lost lease: the token makes it a no-op if someone else
+        # holds the run, and otherwise it puts an unfinished run back in the queue.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.release_run(lease)
+            except Exception as exc:
+                log.warning(
+                    "run %s: release failed (%s); it is claimable again once the lease expires",
+                    lease.run_id,
+                    exc,
+                )

@@ -1,0 +1,4 @@
+DROP TABLE messages;
+DROP TABLE runs;
+DROP TABLE sessions;
+DROP TABLE agents;

@@ -1,0 +1,419 @@
+"""Replay recorded API exchanges through the real SDK clients, with no network.
+
+The cassettes live in ``<repo>/../shared/cassettes`` (their README.md gives sources, licences and
+format). They are VCR.py YAML in two dialects: pydantic-ai's, with JSON bodies decoded under
+``parsed_body`` and streamed bodies kept as raw SSE text in ``response.body.string``; and plain
+vcrpy's, with the request body as a JSON string. ``load`` reads both.
+
+The SDKs send through ``httpx2`` (respx patches only ``httpx``), so a ``Replay`` is served by an
+``httpx2.MockTransport``: each request gets the next recorded response, and the request bodies the
+SDK really sent are kept for comparison with the recorded ones.
+
+The providers always stream. For a recording of a NON-streaming exchange, ``served`` synthesizes
+the equivalent SSE stream from the recorded JSON response (following each API's documented
+streaming format), so the same recording still checks the accumulated message and the follow-up
+request hango builds.
+
+Recorded requests are compared after ``anthropic_request`` / ``openai_request`` normalization,
+which only applies equivalences each API defines (a string ``system`` is one text block, a
+tool_result's string content is one text part, ``is_error`` defaults to false, tool-call
+``arguments`` are JSON text) and drops the request options hango does not express (each listed
+with its reason). Content (blocks, their order, ids, signatures) is never normalized.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx2
+import pytest
+import yaml
+from hango.provider import (
+    Block,
+    Message,
+    RedactedThinkingBlock,
+    Request,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+CASSETTES = Path(__file__).parents[3].parent / "shared" / "cassettes"
+
+JSONDict = dict[str, Any]
+
+
+@attrs.frozen
+class Served:
+    """One HTTP response to serve: status, content type and body bytes."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    def response(self) -> httpx2.Response:
+        return httpx2.Response(
+            self.status,
+            headers={"content-type": self.content_type, **self.headers},
+            content=self.body,
+        )
+
+
+@attrs.frozen
+class Interaction:
+    request: JSONDict
+    status: int
+    content_type: str
+    body: bytes
+    streamed: bool
+
+    def json(self) -> JSONDict:
+        result: JSONDict = json.loads(self.body)
+        return result
+
+
+def load(name: str) -> list[Interaction]:
+    """The interactions of cassette ``name`` (e.g. ``"anthropic/x.yaml"``); skips the test when
+    the shared cassettes are not checked out beside the repository."""
+    if not CASSETTES.is_dir():
+        pytest.skip(f"recorded cassettes not found at {CASSETTES} (<repo>/../shared/cassettes)")
+    doc = yaml.safe_load((CASSETTES / name).read_text(encoding="utf-8"))
+    interactions = []
+    for raw in doc["interactions"]:
+        request, response = raw["request"], raw["response"]
+        body_json = (
+            request["parsed_body"] if "parsed_body" in request else json.loads(request["body"])
+        )
+        headers = {k.lower(): v for k, v in response["headers"].items()}
+        content_type = headers.get("content-type", ["application/json"])[0]
+        if "parsed_body" in response:
+            body = json.dumps(response["parsed_body"]).encode()
+        else:
+            body = response["body"]["string"].encode()
+        interactions.append(
+            Interaction(
+                request=body_json,
+                status=response["status"]["code"],
+                content_type=content_type,
+                body=body,
+                streamed=content_type.startswith("text/event-stream"),
+            )
+        )
+    return interactions
+
+
+def _sse(events: Sequence[tuple[str | None, object]]) -> bytes:
+    lines = []
+    for name, data in events:
+        payload = data if isinstance(data, str) else json.dumps(data)
+        lines.append((f"event: {name}\n" if name else "") + f"data: {payload}\n\n")
+    return "".join(lines).encode()
+
+
+def anthropic_sse(message: JSONDict) -> bytes:
+    """The SSE stream the Messages API sends for ``message`` (a non-streaming response body):
+    message_start, then start / delta / stop per content block, message_delta, message_stop
+    (https://platform.claude.com/docs/en/build-with-claude/streaming)."""
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    events: list[tuple[str | None, object]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for i, block in enumerate(message["content"]):
+        kind = block["type"]
+        deltas: list[JSONDict] = []
+        if kind == "text":
+            opening: JSONDict = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        elif kind == "tool_use":
+            opening = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        else:
+            opening = block  # redacted_thinking arrives whole in its start event
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": opening},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    events.append(
+        ("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]})
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return _sse(events)
+
+
+def openai_sse(completion: JSONDict) -> bytes:
+    """The chunks Chat Completions streams for ``completion`` with ``include_usage``: content,
+    each tool call opened with id and name then its arguments, the finish reason, a usage chunk
+    with no choices, ``[DONE]`` (https://platform.openai.com/docs/api-reference/chat-streaming)."""
+    base = {k: completion[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: JSONDict, finish: str | None = None) -> JSONDict:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks: list[JSONDict] = [chunk({"role": "assistant", "content": message.get("content")})]
+    for j, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        opening = {"index": j, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": function["name"], "arguments": ""}
+        chunks.append(chunk({"tool_calls": [opening]}))
+        arguments = {"index": j, "function": {"arguments": function["arguments"]}}
+        chunks.append(chunk({"tool_calls": [arguments]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    return _sse([*((None, c) for c in chunks), (None, "[DONE]")])
+
+
+def served(interaction: Interaction, api: str) -> Served:
+    """What the mock server answers for ``interaction``: the recording itself, or for a
+    non-streaming success the SSE stream synthesized from its JSON (see module docstring)."""
+    if interaction.streamed or interaction.status != 200:
+        return Served(interaction.status, interaction.content_type, interaction.body)
+    synthesize = anthropic_sse if api == "anthropic" else openai_sse
+    return Served(200, "text/event-stream", synthesize(interaction.json()))
+
+
+class Replay:
+    """An ``httpx2`` mock transport serving ``responses`` in order and keeping the requests."""
+
+    def __init__(self, responses: Sequence[Served | httpx2.Response]) -> None:
+        self.responses = list(responses)
+        self.requests: list[httpx2.Request] = []
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        answer = self.responses[len(self.requests) - 1]
+        return answer.response() if isinstance(answer, Served) else answer
+
+    @property
+    def bodies(self) -> list[JSONDict]:
+        return [json.loads(r.content) for r in self.requests]
+
+    def client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
+
+
+# --- recorded wire format -> hango records (to build the requests hango sends) -------------
+
+
+def _tool_result_text(content: str | list[JSONDict]) -> str:
+    return content if isinstance(content, str) else "".join(p["text"] for p in content)
+
+
+def anthropic_block(block: JSONDict) -> Block:
+    match block["type"]:
+        case "text":
+            return TextBlock(block["text"], block.get("cache_control"))
+        case "tool_use":
+            return ToolUseBlock(block["id"], block["name"], block["input"])
+        case "tool_result":
+            content = _tool_result_text(block["content"])
+            return ToolResultBlock(block["tool_use_id"], content, block.get("is_error", False))
+        case "thinking":
+            return ThinkingBlock(block["thinking"], block["signature"])
+        case "redacted_thinking":
+            return RedactedThinkingBlock(block["data"])
+    raise AssertionError(f"unexpected block type {block['type']!r}")
+
+
+def anthropic_messages(wire: Sequence[JSONDict]) -> tuple[Message, ...]:
+    return tuple(
+        Message(
+            m["role"],
+            (TextBlock(m["content"]),)
+            if isinstance(m["content"], str)
+            else tuple(anthropic_block(b) for b in m["content"]),
+        )
+        for m in wire
+    )
+
+
+def anthropic_first_request(body: JSONDict) -> Request:
+    system = body.get("system", ())
+    return Request(
+        model=body["model"],
+        messages=anthropic_messages(body["messages"]),
+        system=(TextBlock(system),)
+        if isinstance(system, str)
+        else tuple(TextBlock(b["text"], b.get("cache_control")) for b in system),
+        tools=tuple(
+            ToolSpec(t["name"], t.get("description", ""), t["input_schema"])
+            for t in body.get("tools", ())
+            if "input_schema" in t  # a server tool (type bash_20250124, ...) has no ToolSpec form
+        ),
+        max_tokens=body["max_tokens"],
+        temperature=body.get("temperature"),
+        stop_sequences=tuple(body.get("stop_sequences", ())),
+    )
+
+
+def openai_messages(wire: Sequence[JSONDict]) -> tuple[tuple[TextBlock, ...], tuple[Message, ...]]:
+    """System blocks and hango messages; consecutive ``role: tool`` replies form one user
+    message, as hango keeps a batch's results together."""
+    system: list[TextBlock] = []
+    messages: list[Message] = []
+    for m in wire:
+        role = m["role"]
+        if role in ("system", "developer"):
+            system.append(TextBlock(m["content"]))
+        elif role == "user":
+            messages.append(Message.user(m["content"]))
+        elif role == "assistant":
+            blocks: list[Block] = [TextBlock(m["content"])] if m.get("content") else []
+            blocks += [
+                ToolUseBlock(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in m.get("tool_calls") or ()
+            ]
+            messages.append(Message("assistant", tuple(blocks)))
+        else:
+            result = ToolResultBlock(m["tool_call_id"], m["content"])
+            if messages and messages[-1].role == "user" and messages[-1].tool_results:
+                messages[-1] = Message("user", (*messages[-1].content, result))
+            else:
+                messages.append(Message("user", (result,)))
+    return tuple(system), tuple(messages)
+
+
+def openai_first_request(body: JSONDict) -> Request:
+    system, messages = openai_messages(body["messages"])
+    return Request(
+        model=body["model"],
+        messages=messages,
+        system=system,
+        tools=tuple(
+            ToolSpec(
+                t["function"]["name"],
+                t["function"].get("description", ""),
+                t["function"]["parameters"],
+            )
+            for t in body.get("tools", ())
+        ),
+        max_tokens=body.get("max_completion_tokens", 4096),
+    )
+
+
+# --- request normalization (see module docstring) -----------------------------------------
+
+#: Anthropic request options hango does not express, so recordings may differ there:
+_ANTHROPIC_IGNORED = {
+    "stream",  # non-streaming recordings; hango always streams
+    "tool_choice",  # {"type": "auto"} in every recording, the API's default when tools are sent
+    "cache_control",  # top-level automatic caching; hango places breakpoints on blocks
+}
+
+
+def _anthropic_content(content: str | list[JSONDict]) -> list[JSONDict]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks = []
+    for block in content:
+        if block["type"] == "tool_result":
+            block = {
+                **block,
+                "content": _tool_result_text(block["content"]),
+                "is_error": block.get("is_error", False),
+            }
+        blocks.append(block)
+    return blocks
+
+
+def anthropic_request(body: JSONDict) -> JSONDict:
+    """``body`` up to the equivalences the Messages API defines (see module docstring)."""
+    out = {k: v for k, v in body.items() if k not in _ANTHROPIC_IGNORED}
+    if "system" in out:
+        out["system"] = _anthropic_content(out["system"])
+    out["messages"] = [
+        {"role": m["role"], "content": _anthropic_content(m["content"])} for m in out["messages"]
+    ]
+    tools = [t for t in out.pop("tools", ()) if "input_schema" in t]
+    if tools:
+        out["tools"] = tools
+    return out
+
+
+#: Chat Completions request options hango does not express or sets on its own:
+_OPENAI_IGNORED = {
+    "stream",  # non-streaming recordings; hango always streams
+    "stream_options",  # hango always asks for include_usage
+    "tool_choice",  # "auto" is the default; hango never forces a call
+    "max_completion_tokens",  # hango always sends Request.max_tokens; checked where recorded
+    "max_tokens",
+    "n",  # 1 is the default
+}
+
+
+def _openai_message(message: JSONDict) -> JSONDict:
+    out = dict(message)
+    if out["role"] == "assistant":
+        out.setdefault("content", None)  # absent and null are the same "no text"
+        if "tool_calls" in out:
+            out["tool_calls"] = [
+                {
+                    **c,
+                    "function": {
+                        **c["function"],
+                        "arguments": json.loads(c["function"]["arguments"]),
+                    },
+                }
+                for c in out["tool_calls"]
+            ]
+    return out
+
+
+def openai_request(body: JSONDict) -> JSONDict:
+    """``body`` up to the equivalences Chat Completions defines (see module docstring)."""
+    out = {k: v for k, v in body.items() if k not in _OPENAI_IGNORED}
+    out["messages"] = [_openai_message(m) for m in out["messages"]]
+    if "tools" in out:
+        # strict mode (structured outputs) is a pydantic-ai choice; ToolSpec has no such flag
+        out["tools"] = [
+            {**t, "function": {k: v for k, v in t["function"].items() if k != "strict"}}
+            for t in out["tools"]
+        ]
+    return out
+
+
+# --- telemetry ------------------------------------------------------------------------------
+
+
+@contextmanager
+def recorded_span() -> Iterator[list[ReadableSpan]]:
+    """Run the block inside a recording span; the list holds the finished span afterwards."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    finished: list[ReadableSpan] = []
+    with provider.get_tracer("hango.tests").start_as_current_span("chat test"):
+        yield finished
+    finished.extend(exporter.get_finished_spans())
+    provider.shutdown()
+
+
+def with_messages(request: Request, *messages: Message) -> Request:
+    return attrs.evolve(request, messages=(*request.messages, *messages))

@@ -1,0 +1,460 @@
+"""AnthropicModel against real recorded Messages API exchanges, and synthetic cases for what no
+recording has (malformed tool arguments, 529 then success, max_tokens, cancellation)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
+
+import anthropic
+import anyio
+import attrs
+import httpx2
+import pytest
+from hango.provider import (
+    Block,
+    Message,
+    ModelError,
+    RedactedThinkingBlock,
+    Request,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    Usage,
+    accumulate,
+)
+from hango.provider.anthropic import AnthropicModel
+from hango.provider.events import MessageStop, ToolInputDelta, ToolUseStart, ToolUseStop
+
+from .provider_cassettes import (
+    Replay,
+    Served,
+    anthropic_first_request,
+    anthropic_messages,
+    anthropic_request,
+    anthropic_sse,
+    load,
+    recorded_span,
+    served,
+    with_messages,
+)
+
+pytestmark = [
+    pytest.mark.anyio,
+    # The SDK warns about model ids deprecated since these exchanges were recorded.
+    pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning"),
+]
+
+
+@asynccontextmanager
+async def model_on(
+    replay: Replay, name: str = "claude-test", **options: Any
+) -> AsyncIterator[AnthropicModel]:
+    async with replay.client() as http:
+        client = anthropic.AsyncAnthropic(api_key="test-key", http_client=http)
+        yield AnthropicModel(client, name, base_delay=0.001, **options)
+
+
+@attrs.frozen
+class Turn:
+    stop_reason: StopReason
+    usage: Usage
+    #: the expected message of a streamed last turn, which no later recorded request repeats
+    final: tuple[Block, ...] | None = None
+
+
+CONVERSATIONS = {
+    "test_multiple_parallel_tool_calls.yaml": [
+        Turn(StopReason.TOOL_USE, Usage(423, 202)),
+        Turn(StopReason.END_TURN, Usage(771, 77)),
+    ],
+    "test_tool_choice_matrix[auto-anthropic].yaml": [
+        Turn(StopReason.TOOL_USE, Usage(572, 53)),
+        Turn(StopReason.END_TURN, Usage(646, 31)),
+    ],
+    "test_anthropic_local_shell_toolset_stream.yaml": [
+        Turn(StopReason.TOOL_USE, Usage(774, 65)),
+        Turn(StopReason.END_TURN, Usage(953, 22), (TextBlock("The result of **2 + 2 = 4**! 🎉"),)),
+    ],
+    "test_a_real_anthropic_run_streams_thinking_and_a_tool_call.yaml": [
+        Turn(StopReason.TOOL_USE, Usage(597, 101)),
+        Turn(
+            StopReason.END_TURN,
+            Usage(713, 26),
+            (
+                TextBlock(
+                    "It is currently 18°C (64°F) in Utrecht. That's a pleasant, mild temperature!"
+                ),
+            ),
+        ),
+    ],
+    "test_anthropic_tool_with_thinking.yaml": [
+        Turn(StopReason.TOOL_USE, Usage(398, 155)),
+        Turn(StopReason.END_TURN, Usage(566, 126)),
+    ],
+    "test_fixed_version_tool_chain_regression.yaml": [
+        Turn(StopReason.TOOL_USE, Usage(563, 37)),
+        Turn(
+            StopReason.END_TURN,
+            Usage(617, 41),
+            (
+                TextBlock(
+                    "The version is **0.32a0**.\n\nHere's a joke: I guess you could say this"
+                    ' version is still in the "alpha" stages of being useful! 😄'
+                ),
+            ),
+        ),
+    ],
+    "test_refusal_raises.yaml": [Turn(StopReason.REFUSAL, Usage(97, 0), ())],
+    "test_anthropic_cache_real_api.yaml": [
+        Turn(StopReason.END_TURN, Usage(3, 406, cache_read_input_tokens=1111)),
+        Turn(
+            StopReason.END_TURN,
+            Usage(3, 33, cache_read_input_tokens=1111, cache_creation_input_tokens=418),
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("cassette", sorted(CONVERSATIONS))
+async def test_recorded_conversation(cassette: str) -> None:
+    """Each turn: the accumulated message, stop reason and usage equal the recording, and the
+    request hango sends (the follow-up built from hango's own accumulated message) carries the
+    recorded client's content."""
+    interactions = load(f"anthropic/{cassette}")
+    replay = Replay([served(i, "anthropic") for i in interactions])
+    first = interactions[0].request
+    async with model_on(replay, first["model"], thinking=first.get("thinking")) as model:
+        request = anthropic_first_request(first)
+        response = None
+        for k, (interaction, turn) in enumerate(
+            zip(interactions, CONVERSATIONS[cassette], strict=True)
+        ):
+            if response is not None:
+                sent_before = len(interactions[k - 1].request["messages"]) + 1
+                new = anthropic_messages(interaction.request["messages"][sent_before:])
+                request = with_messages(request, response.message, *new)
+            response = await accumulate(model.stream(request))
+
+            assert anthropic_request(replay.bodies[k]) == anthropic_request(interaction.request)
+            assert response.stop_reason == turn.stop_reason
+            assert response.usage == turn.usage
+            if not interaction.streamed:
+                expected = anthropic_messages([interaction.json()])[0].content
+            elif turn.final is None:  # the next recorded request repeats this assistant turn
+                history = anthropic_messages(interactions[k + 1].request["messages"])
+                expected = history[len(interaction.request["messages"])].content
+            else:
+                expected = turn.final
+            assert response.message == Message("assistant", expected)
+
+
+@pytest.mark.parametrize(
+    ("cassette", "status", "api_message"),
+    [
+        (
+            "test_anthropic_explicit_effort_xhigh_unsupported_model_errors.yaml",
+            400,
+            "This model does not support effort level 'xhigh'. Supported levels: high, low, max,"
+            " medium.",
+        ),
+        ("test_model_name_suggestion[anthropic].yaml", 404, "model: claude-sonet-4-5"),
+    ],
+)
+async def test_recorded_client_error_fails_with_the_api_message(
+    cassette: str, status: int, api_message: str
+) -> None:
+    (interaction,) = load(f"anthropic/{cassette}")
+    replay = Replay([served(interaction, "anthropic")] * 3)
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(anthropic_first_request(interaction.request)))
+    assert api_message in str(caught.value)
+    assert f"HTTP {status}" in str(caught.value)
+    assert len(replay.requests) == 1  # a client error is never retried
+
+
+async def test_stream_events_of_a_recorded_tool_call() -> None:
+    first = load("anthropic/test_anthropic_local_shell_toolset_stream.yaml")[0]
+    async with model_on(Replay([served(first, "anthropic")])) as model:
+        events = [e async for e in model.stream(anthropic_first_request(first.request))]
+    assert events == [
+        ToolUseStart(0, "toolu_015Rk6ndKaiXYx9AiJcpUR2H", "bash"),
+        ToolInputDelta(0, ""),
+        ToolInputDelta(0, '{"command": "python3 -c \\"print(2 + 2)\\""}'),
+        ToolUseStop(0),
+        MessageStop(StopReason.TOOL_USE, Usage(774, 65)),
+    ]
+
+
+# --- synthetic cases ------------------------------------------------------------------------
+
+USER = Request(model="claude-test", messages=(Message.user("hi"),))
+
+
+def message(*content: dict[str, Any], stop_reason: str = "end_turn") -> dict[str, Any]:
+    """A Messages API response body, to stream with ``anthropic_sse``."""
+    return {
+        "id": "msg_test",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": list(content),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def sse(body: bytes) -> Served:
+    return Served(200, "text/event-stream", body)
+
+
+def error(status: int, kind: str, text: str, headers: dict[str, str] | None = None) -> Served:
+    body = json.dumps({"type": "error", "error": {"type": kind, "message": text}})
+    return Served(status, "application/json", body.encode(), headers or {})
+
+
+HELLO = sse(anthropic_sse(message({"type": "text", "text": "Hello."})))
+
+
+async def test_malformed_tool_arguments_stay_raw_and_go_back_as_empty_input() -> None:
+    start = message(
+        {"type": "tool_use", "id": "toolu_1", "name": "get", "input": {}},
+        stop_reason="tool_use",
+    )
+    body = anthropic_sse(start).replace(
+        b'"partial_json": "{}"', b'"partial_json": "{\\"city\\": \\"Utr"'
+    )
+    replay = Replay([sse(body), HELLO])
+    async with model_on(replay) as model:
+        response = await accumulate(model.stream(USER))
+        (call,) = response.message.tool_uses
+        assert call.input == '{"city": "Utr'
+        result = Message("user", (ToolResultBlock("toolu_1", "arguments are not JSON", True),))
+        await accumulate(model.stream(with_messages(USER, response.message, result)))
+    sent = replay.bodies[1]["messages"]
+    assert sent[1]["content"] == [{"type": "tool_use", "id": "toolu_1", "name": "get", "input": {}}]
+    assert sent[2]["content"][0]["is_error"] is True
+
+
+@pytest.mark.parametrize(
+    ("wire", "stop_reason"),
+    [
+        ("end_turn", StopReason.END_TURN),
+        ("tool_use", StopReason.TOOL_USE),
+        ("max_tokens", StopReason.MAX_TOKENS),
+        ("stop_sequence", StopReason.STOP_SEQUENCE),
+        ("pause_turn", StopReason.PAUSE_TURN),
+        ("refusal", StopReason.REFUSAL),
+        ("model_context_window_exceeded", StopReason.MAX_TOKENS),
+    ],
+)
+async def test_stop_reasons(wire: str, stop_reason: StopReason) -> None:
+    body = message({"type": "text", "text": "The answer is"}, stop_reason=wire)
+    async with model_on(Replay([sse(anthropic_sse(body))])) as model:
+        response = await accumulate(model.stream(USER))
+    assert response.stop_reason is stop_reason
+    assert response.message.text == "The answer is"
+
+
+async def test_overloaded_then_success_is_retried_with_a_span_event() -> None:
+    replay = Replay([error(529, "overloaded_error", "Overloaded"), HELLO])
+    async with model_on(replay) as model:
+        with recorded_span() as spans:
+            response = await accumulate(model.stream(USER))
+    assert response.message.text == "Hello."
+    assert len(replay.requests) == 2
+    (event,) = spans[0].events
+    assert event.name == "provider.retry"
+    assert dict(event.attributes or {}) == {
+        "http.response.status_code": 529,
+        "hango.retry.attempt": 1,
+        "hango.retry.delay_s": 0.001,
+    }
+
+
+async def test_rate_limit_waits_as_long_as_retry_after_says() -> None:
+    limited = error(429, "rate_limit_error", "slow down", {"retry-after": "0.02"})
+    replay = Replay([limited, error(500, "api_error", "oops"), HELLO])
+    async with model_on(replay) as model:
+        with recorded_span() as spans:
+            await accumulate(model.stream(USER))
+    attempts = [dict(e.attributes or {}) for e in spans[0].events]
+    assert [(a["http.response.status_code"], a["hango.retry.delay_s"]) for a in attempts] == [
+        (429, 0.02),
+        (500, 0.002),  # base delay doubled on the second retry
+    ]
+
+
+async def test_retries_are_bounded() -> None:
+    replay = Replay([error(503, "api_error", "unavailable")] * 3)
+    async with model_on(replay, max_retries=2) as model:
+        with pytest.raises(ModelError, match="unavailable"):
+            await accumulate(model.stream(USER))
+    assert len(replay.requests) == 3
+
+
+async def test_spend_limit_is_not_retried() -> None:
+    body = {
+        "type": "error",
+        "error": {
+            "type": "rate_limit_error",
+            "message": "spend limit reached",
+            "details": {"error_code": "enforced_spend_limit_reached"},
+        },
+    }
+    replay = Replay([Served(429, "application/json", json.dumps(body).encode())] * 2)
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError, match="spend limit reached"):
+            await accumulate(model.stream(USER))
+    assert len(replay.requests) == 1
+
+
+def stream_error(kind: str) -> bytes:
+    data = {"type": "error", "error": {"type": kind, "message": f"{kind} mid-stream"}}
+    return f"event: error\ndata: {json.dumps(data)}\n\n".encode()
+
+
+async def test_an_overloaded_event_before_any_content_is_retried() -> None:
+    opening = anthropic_sse(message()).split(b"\n\n")[0] + b"\n\n"  # message_start only
+    replay = Replay([sse(opening + stream_error("overloaded_error")), HELLO])
+    async with model_on(replay) as model:
+        response = await accumulate(model.stream(USER))
+    assert response.message.text == "Hello."
+
+
+async def test_an_error_after_content_is_not_retried() -> None:
+    partial = anthropic_sse(message({"type": "text", "text": "Hel"})).split(
+        b"event: content_block_stop"
+    )[0]
+    replay = Replay([sse(partial + stream_error("overloaded_error")), HELLO])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError, match=r"overloaded_error \(in stream\)"):
+            await accumulate(model.stream(USER))
+    assert len(replay.requests) == 1
+
+
+async def test_system_and_cache_control_are_sent_block_by_block() -> None:
+    ephemeral = {"type": "ephemeral"}
+    request = attrs.evolve(
+        USER,
+        system=(
+            TextBlock("You are terse."),
+            TextBlock("Tools: ...", ephemeral),
+            TextBlock("Memory"),
+        ),
+        messages=(Message("user", (TextBlock("doc", ephemeral), TextBlock("question"))),),
+        tools=(ToolSpec("get", "Get a thing.", {"type": "object", "properties": {}}),),
+        temperature=0.2,
+        stop_sequences=("END",),
+    )
+    replay = Replay([HELLO])
+    async with model_on(replay) as model:
+        await accumulate(model.stream(request))
+    (sent,) = replay.bodies
+    assert sent["system"] == [
+        {"type": "text", "text": "You are terse."},
+        {"type": "text", "text": "Tools: ...", "cache_control": ephemeral},
+        {"type": "text", "text": "Memory"},
+    ]
+    assert sent["messages"][0]["content"][0] == {
+        "type": "text",
+        "text": "doc",
+        "cache_control": ephemeral,
+    }
+    assert "cache_control" not in sent["messages"][0]["content"][1]
+    assert sent["tools"] == [
+        {
+            "name": "get",
+            "description": "Get a thing.",
+            "input_schema": {"type": "object", "properties": {}},
+        }
+    ]
+    assert (sent["temperature"], sent["stop_sequences"], sent["model"]) == (
+        0.2,
+        ["END"],
+        "claude-test",
+    )
+
+
+async def test_thinking_and_redacted_thinking_go_back_verbatim() -> None:
+    body = message(
+        {"type": "thinking", "thinking": "Let me think.", "signature": "sig=="},
+        {"type": "redacted_thinking", "data": "opaque=="},
+        {"type": "tool_use", "id": "toolu_9", "name": "get", "input": {"q": 1}},
+        stop_reason="tool_use",
+    )
+    replay = Replay([sse(anthropic_sse(body)), HELLO])
+    async with model_on(replay) as model:
+        response = await accumulate(model.stream(USER))
+        assert response.message.content == (
+            ThinkingBlock("Let me think.", "sig=="),
+            RedactedThinkingBlock("opaque=="),
+            ToolUseBlock("toolu_9", "get", {"q": 1}),
+        )
+        result = Message("user", (ToolResultBlock("toolu_9", "42"),))
+        await accumulate(model.stream(with_messages(USER, response.message, result)))
+    assert replay.bodies[1]["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "Let me think.", "signature": "sig=="},
+        {"type": "redacted_thinking", "data": "opaque=="},
+        {"type": "tool_use", "id": "toolu_9", "name": "get", "input": {"q": 1}},
+    ]
+
+
+def hanging_stream(first: bytes) -> tuple[httpx2.Response, list[bool]]:
+    """A streamed response that sends ``first`` and then never finishes."""
+    finished: list[bool] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield first
+            await anyio.sleep_forever()
+        finally:
+            finished.append(True)
+
+    return httpx2.Response(
+        200, headers={"content-type": "text/event-stream"}, content=body()
+    ), finished
+
+
+def until_first_text(stream: bytes) -> bytes:
+    return stream.split(b"event: content_block_stop")[0]
+
+
+async def test_cancelling_a_run_closes_the_http_stream() -> None:
+    response, finished = hanging_stream(
+        until_first_text(anthropic_sse(message({"type": "text", "text": "Hi"})))
+    )
+    async with model_on(Replay([response])) as model:
+        events = []
+        with anyio.CancelScope() as scope:
+            async for event in model.stream(USER):
+                events.append(event)
+                scope.cancel()
+    assert events and scope.cancelled_caught
+    assert response.is_closed and finished == [True]
+
+
+async def test_closing_the_stream_early_closes_the_http_stream() -> None:
+    response, _ = hanging_stream(
+        until_first_text(anthropic_sse(message({"type": "text", "text": "Hi"})))
+    )
+    async with model_on(Replay([response])) as model, aclosing(model.stream(USER)) as events:
+        async for _ in events:
+            break
+    assert response.is_closed
+
+
+async def test_the_model_sends_its_own_name() -> None:
+    # Request.model holds the agent file's model spec, which --model may have overridden.
+    replay = Replay([HELLO])
+    async with model_on(replay) as model:
+        await accumulate(model.stream(attrs.evolve(USER, model="scripted:script.toml")))
+    assert replay.bodies[0]["model"] == "claude-test"
+    assert model.name == "claude-test" and model.provider_name == "anthropic"

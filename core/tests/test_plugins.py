@@ -1,0 +1,133 @@
+"""The plugin manager and the pinned stack, with plugins installed through real entry points
+(temporary distributions on sys.path, found by importlib.metadata)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import hango
+from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
+from hango.agent.stack import discover
+from hango.cli import main
+
+MODULE = '''
+import hango
+
+class Mw:
+    name = {name!r}
+    {methods}
+
+@hango.hookimpl
+def hango_middleware(config):
+    return Mw()
+'''
+
+Install = Callable[..., None]
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Install:
+    """Install a one-module distribution declaring a ``hango`` entry point."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    created: list[str] = []
+
+    def make(dist: str, plugin: str, middleware: str, body: str | None = None) -> None:
+        module = f"hangotest_{dist.replace('-', '_')}"
+        methods = "def system_blocks(self, state):\n        return []"
+        source = body if body is not None else MODULE.format(name=middleware, methods=methods)
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+        info = tmp_path / f"{dist.replace('-', '_')}-1.2.3.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
+        (info / "entry_points.txt").write_text(f"[hango]\n{plugin} = {module}\n")
+        created.append(module)
+        importlib.invalidate_caches()
+
+    yield make  # type: ignore[misc]
+    for module in created:
+        sys.modules.pop(module, None)
+
+
+def test_plugin_installed_through_its_entry_point(install: Install) -> None:
+    install("hango-testplug", "testplug", "memory")
+    pm = make_plugin_manager(env={})
+    assert pm.has_plugin("testplug")
+    (placement,) = [p for p in discover(StackConfig(), pm) if p.plugin == "testplug"]
+    assert (placement.distribution, placement.version) == ("hango-testplug", "1.2.3")
+    assert placement.slot == STACK_ORDER.index("memory")
+    assert placement.capabilities == ("prompt_contributor",)
+    assert "memory" in [m.name for m in default_stack(StackConfig(), pm)]
+
+
+def test_blocking_by_environment_variable(install: Install) -> None:
+    install("hango-testplug", "testplug", "memory")
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug "})
+    assert not pm.has_plugin("testplug")
+    assert "memory" not in [m.name for m in default_stack(StackConfig(), pm)]
+
+
+def test_two_distributions_claiming_one_name_is_an_error_naming_both(install: Install) -> None:
+    install("hango-first", "first", "skills")
+    install("hango-second", "second", "skills")
+    with pytest.raises(PluginError) as info:
+        default_stack(StackConfig(), make_plugin_manager(env={}))
+    message = str(info.value)
+    assert "'skills'" in message and "hango-first" in message and "hango-second" in message
+
+
+def test_a_plugin_that_fails_to_load_names_itself(install: Install) -> None:
+    install("hango-broken", "broken", "x", body="import not_a_module_anywhere\n")
+    with pytest.raises(PluginError) as info:
+        make_plugin_manager(env={})
+    assert "'broken'" in str(info.value) and "hango-broken" in str(info.value)
+    assert "not_a_module_anywhere" in str(info.value)
+
+
+def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
+    body = "import hango\n\n@hango.hookimpl\ndef hango_middlewares(config):\n    return None\n"
+    install("hango-typo", "typo", "x", body=body)
+    with pytest.raises(PluginError, match="typo"):
+        make_plugin_manager(env={})
+
+
+def test_unplaced_names_are_listed_not_placed(install: Install) -> None:
+    install("hango-custom", "custom", "my_custom_thing")
+    pm = make_plugin_manager(env={})
+    assert "my_custom_thing" not in [m.name for m in default_stack(StackConfig(), pm)]
+    (placement,) = [p for p in discover(StackConfig(), pm) if p.plugin == "custom"]
+    assert placement.slot is None
+    result = CliRunner().invoke(main, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert rows["my_custom_thing"]["slot"] == "unplaced"
+    assert rows["my_custom_thing"]["distribution"] == "hango-custom"
+
+
+def test_empty_stack_without_plugins() -> None:
+    assert default_stack(StackConfig(), make_plugin_manager(load_entrypoints=False)) == []
+
+
+def test_every_hook_is_documented() -> None:
+    from hango import hookspecs
+
+    hooks = [n for n in dir(hookspecs) if n.startswith("hango_")]
+    assert hooks == ["hango_middleware"]
+    for name in hooks:
+        doc = getattr(hookspecs, name).__doc__ or ""
+        assert ":param config:" in doc and "Return" in doc
+    assert hookspecs.__doc__ and "hookimpl" in hookspecs.__doc__
+
+
+def test_stack_order_is_pinned() -> None:
+    assert hango.STACK_ORDER == (
+        "skills", "filesystem", "subagent", "summarization", "repair_tool_calls", "todo",
+        "repeat_call", "prompt_cache", "memory", "human_in_the_loop", "tool_allowlist",
+    )  # fmt: skip

@@ -1,0 +1,97 @@
+"""Repairing a history whose tool calls and tool results do not pair up.
+
+A provider accepts a history only when every assistant ``tool_use`` is answered by a
+``tool_result`` in the user message right after it, and every ``tool_result`` answers a call
+of the assistant message right before it. A crash, a cancel or an edited history can break
+that. ``repair_history`` restores it with the least change: each call without a result gets a
+synthetic error result, each result without its call (or answering a call a second time) is
+dropped. A result counts only in the user message right after its call: a result further on
+is an orphan there, and its call is answered as interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from attrs import frozen
+from hango import Message, ToolResultBlock, ToolUseBlock
+from hango.provider.messages import Block
+
+INTERRUPTED: Final = (
+    "This tool call did not complete because the run was interrupted; it has no result. "
+    "Call it again if you still need its result."
+)
+
+
+@frozen
+class Repair:
+    """A repaired history: the new ``messages`` (unchanged messages are the same objects),
+    how many synthetic results were ``added`` and how many orphan results ``dropped``."""
+
+    messages: list[Message]
+    added: int
+    dropped: int
+
+
+def _answer(
+    calls: tuple[ToolUseBlock, ...], reply: Message | None
+) -> tuple[list[Message], int, int]:
+    """The user message(s) that answer ``calls``, made from ``reply`` (the message after the
+    assistant message, if it is a user message): ``(messages, added, dropped)``.
+
+    Results for other calls, and second results for a call, are dropped. Synthetic results
+    for unanswered calls go right after the reply's own results (a provider wants results
+    before any text), or into a new message before the reply when it carries no results.
+    """
+    unanswered = {c.id for c in calls}
+    content = reply.content if reply is not None else ()
+    kept: list[Block] = []
+    for block in content:
+        if isinstance(block, ToolResultBlock):
+            if block.tool_use_id not in unanswered:
+                continue  # no such call here, or a second result for it
+            unanswered.discard(block.tool_use_id)
+        kept.append(block)
+    dropped = len(content) - len(kept)
+    answered = len(calls) - len(unanswered)
+    missing = tuple(ToolResultBlock(c.id, INTERRUPTED, True) for c in calls if c.id in unanswered)
+    body = reply if not dropped else (Message("user", tuple(kept)) if kept else None)
+    out: list[Message] = []
+    if missing and answered:
+        last = max(i for i, b in enumerate(kept) if isinstance(b, ToolResultBlock))
+        body = Message("user", (*kept[: last + 1], *missing, *kept[last + 1 :]))
+    elif missing:
+        out.append(Message("user", missing))
+    if body is not None:
+        out.append(body)
+    return out, len(missing), dropped
+
+
+def repair_history(messages: Sequence[Message]) -> Repair | None:
+    """The repaired history, or None when ``messages`` needs no repair.
+
+    Idempotent: a repaired history needs no repair. A user message left empty by dropping
+    orphan results is removed.
+    """
+    out: list[Message] = []
+    added = dropped = 0
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        if message.role == "assistant":
+            out.append(message)
+            reply = messages[i] if i < len(messages) and messages[i].role == "user" else None
+            if reply is not None:
+                i += 1
+            answer, a, d = _answer(message.tool_uses, reply)
+        else:
+            # A user message that follows a user message (or opens the history) answers no call.
+            answer, a, d = _answer((), message)
+        out.extend(answer)
+        added += a
+        dropped += d
+    if not added and not dropped:
+        return None
+    return Repair(out, added, dropped)

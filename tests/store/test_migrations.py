@@ -1,0 +1,129 @@
+"""Migrations with down steps on both back ends, ``hango db ...``, and refusing a schema that is
+not this code's (newer: always; behind: PostgreSQL refuses, SQLite upgrades itself on open)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hango.agent.events import RunStatus
+from hango.cli import main
+from hango.provider.messages import Message
+from hango.store import SchemaError, open_store
+from hango.store import migrate
+
+HEAD = ["0001.base", "0002.run-state", "0003.run-queue"]
+
+
+@pytest.fixture
+def columns(empty_url: str, sql_on: Callable[..., list[tuple[Any, ...]]]) -> Callable[[], set[str]]:
+    """The column names of ``runs`` in the test's empty database, as it is now."""
+
+    def read() -> set[str]:
+        if empty_url.startswith("sqlite:"):
+            return {row[1] for row in sql_on(empty_url, "PRAGMA table_info(runs)")}
+        rows = sql_on(
+            empty_url, "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+            "runs",
+        )
+        return {row[0] for row in rows}
+
+    return read
+
+
+def hango(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
+    assert hango("db", "current", "--db", empty_url) == (
+        0,
+        "pending: 0001.base, 0002.run-state, 0003.run-queue (run `hango db upgrade`)\n",
+    )
+    code, out = hango("db", "upgrade", "--db", empty_url, "--json")
+    assert (code, json.loads(out)) == (0, {"applied": HEAD, "current": "0003.run-queue"})
+    assert hango("db", "upgrade", "--db", empty_url) == (0, "already at 0003.run-queue\n")
+    assert hango("db", "current", "--db", empty_url) == (0, "\n".join(HEAD) + "\nup to date\n")
+    code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
+    assert (code, out) == (0, "rolled back 0003.run-queue, 0002.run-state; now at 0001.base\n")
+    code, out = hango("db", "current", "--db", empty_url, "--json")
+    assert json.loads(out) == {"applied": ["0001.base"], "pending": HEAD[1:]}
+
+
+@pytest.mark.anyio
+async def test_downgrading_run_state_drops_state_json_and_upgrading_restores_it(
+    empty_url: str, columns: Callable[[], set[str]]
+) -> None:
+    migrate.upgrade(empty_url)
+    tenant = uuid.uuid4()
+    async with await open_store(empty_url) as store:
+        a = await store.put_agent(tenant, "test", {"name": "test"})
+        run = await store.create_run(tenant, a.id, Message.user("keep me"))
+        await store.save_run(tenant, run.id, version=0, status=RunStatus.RUNNING, state={"x": 1})
+    queue_columns = {"lease_owner", "lease_token", "lease_expires_at", "attempts"}
+    assert {"state_json"} | queue_columns <= columns()
+
+    assert migrate.downgrade(empty_url, steps=2) == ["0003.run-queue", "0002.run-state"]
+    assert not ({"state_json"} | queue_columns) & columns()
+    assert migrate.current(empty_url) == ["0001.base"]
+
+    assert migrate.upgrade(empty_url) == ["0002.run-state", "0003.run-queue"]
+    assert {"state_json"} | queue_columns <= columns()
+    async with await open_store(empty_url) as store:
+        back = await store.get_run(tenant, run.id)
+        # The row survived; its state went with the column and comes back as the default.
+        assert (back.state, back.status, back.attempts) == ({}, RunStatus.RUNNING, 0)
+        assert await store.load_messages(tenant, run.session_id) == [Message.user("keep me")]
+
+
+@pytest.mark.anyio
+async def test_a_database_newer_than_the_code_is_refused(
+    empty_url: str, sql_on: Callable[..., list[tuple[Any, ...]]]
+) -> None:
+    migrate.upgrade(empty_url)
+    sql_on(
+        empty_url,
+        "INSERT INTO _yoyo_migration (migration_hash, migration_id, applied_at_utc) "
+        "VALUES (?, ?, ?)",
+        "f" * 64,
+        "0004.from-a-newer-hango",
+        "2030-01-01 00:00:00",
+    )
+    with pytest.raises(SchemaError, match="newer version"):
+        await open_store(empty_url)  # SQLite's open upgrades, and refuses too
+    for command in (["db", "current"], ["db", "upgrade"], ["db", "downgrade"]):
+        code, out = hango(*command, "--db", empty_url)
+        assert code == 2
+        assert out.startswith("error: the database has migrations this hango does not know")
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_url: str) -> None:
+    with pytest.raises(SchemaError, match=r"missing 0001.base, .*run `hango db upgrade`"):
+        await open_store(empty_url)
+    migrate.upgrade(empty_url)
+    migrate.downgrade(empty_url)
+    with pytest.raises(SchemaError, match="missing 0003.run-queue"):
+        await open_store(empty_url)
+    assert migrate.current(empty_url) == HEAD[:2]  # refusing changed nothing
+    migrate.upgrade(empty_url)
+    store = await open_store(empty_url)
+    await store.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_sqlite_upgrades_itself_on_open(empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    migrate.downgrade(empty_url, steps=2)
+    store = await open_store(empty_url)
+    await store.aclose()
+    assert migrate.current(empty_url) == HEAD
