@@ -58,6 +58,7 @@ from hango.provider.scripted import ScriptedModel
 from hango.tool import ToolRegistry, ToolResult, tool
 
 DEPTHS = (0, 5, 20)
+PEERS = ("hango", "langchain", "langchain-core", "langgraph", "langsmith")
 #: The per-layer aim from the chain issue: a hango layer costs at most 1.5 bare layers.
 PER_LAYER_AIM = 1.5
 
@@ -448,17 +449,18 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def header() -> str:
+def header(dists: Sequence[str] = ("hango",)) -> str:
+    """Date, interpreter, machine and the versions of ``dists``, for a table's title."""
+    versions = ", ".join(f"{d} {_version(d)}" for d in dists)
     return (
         f"{datetime.date.today().isoformat()}, {platform.python_implementation()} "
         f"{platform.python_version()}, {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} cores, hango {_version('hango')}, langchain {_version('langchain')}, "
-        f"langchain-core {_version('langchain-core')}, langgraph {_version('langgraph')}"
+        f"{os.cpu_count()} cores, {versions}"
     )
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"# Chain overhead ({header()})")
+    print(f"# Chain overhead ({header(PEERS)})")
     if args.part in ("micro", "all"):
         rounds = await measure(micro_cases(), sample_ms=args.micro_ms, repeats=args.repeats, seed=1)
         lines, met = micro_table(rounds)

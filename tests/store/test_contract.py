@@ -23,7 +23,7 @@ async def agent(store: RunStore, tenant: uuid.UUID) -> AgentRecord:
 def assistant_call(call_id: str, text: str = "looking") -> Message:
     return Message(
         "assistant",
-        (TextBlock(text), ToolUseBlock(call_id, "lookup", {"q": "ö \"quoted\" \\ \n", "n": 2})),
+        (TextBlock(text), ToolUseBlock(call_id, "lookup", {"q": 'ö "quoted" \\ \n', "n": 2})),
     )
 
 
@@ -54,17 +54,13 @@ async def test_a_run_starts_a_session_with_its_user_message(
     assert await store.get_run(tenant, run.id) == run
 
 
-async def test_a_session_takes_one_active_run_at_a_time(
-    store: RunStore, tenant: uuid.UUID
-) -> None:
+async def test_a_session_takes_one_active_run_at_a_time(store: RunStore, tenant: uuid.UUID) -> None:
     a = await agent(store, tenant)
     first = await store.create_run(tenant, a.id, Message.user("one"))
     with pytest.raises(SessionBusy):
         await store.create_run(tenant, a.id, Message.user("two"), session_id=first.session_id)
     await store.save_run(tenant, first.id, version=0, status=RunStatus.COMPLETED, state={})
-    second = await store.create_run(
-        tenant, a.id, Message.user("two"), session_id=first.session_id
-    )
+    second = await store.create_run(tenant, a.id, Message.user("two"), session_id=first.session_id)
     assert second.message_start == 1
     with pytest.raises(NotFound):
         await store.create_run(tenant, a.id, Message.user("x"), session_id=uuid.uuid4())

@@ -28,7 +28,8 @@ def columns(empty_url: str, sql_on: Callable[..., list[tuple[Any, ...]]]) -> Cal
         if empty_url.startswith("sqlite:"):
             return {row[1] for row in sql_on(empty_url, "PRAGMA table_info(runs)")}
         rows = sql_on(
-            empty_url, "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+            empty_url,
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
             "runs",
         )
         return {row[0] for row in rows}

@@ -71,15 +71,10 @@ def configure_telemetry(trace_to: str | None, *, err: TextIO | None = None) -> P
     return providers
 
 
-def build_providers(
-    trace_to: str | None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    err: TextIO | None = None,
-) -> Providers:
-    """The tracer and meter providers ``trace_to`` (``"console"`` or None) and the
-    ``OTEL_*`` variables in ``environ`` (default ``os.environ``) ask for; not installed."""
-    env = os.environ if environ is None else environ
+def build_providers(trace_to: str | None, *, err: TextIO | None = None) -> Providers:
+    """The tracer and meter providers ``trace_to`` (``"console"`` or None) and the ``OTEL_*``
+    environment ask for, not installed. Problems are printed on ``err`` (default stderr)."""
+    env = os.environ
     out = sys.stderr if err is None else err
 
     def warn(problem: str) -> None:

@@ -371,13 +371,7 @@ async def test_request_mapping() -> None:
         await accumulate(model.stream(request))
     (sent,) = replay.bodies
     assert sent["messages"] == [
-        {
-            "role": "system",
-            "content": [
-                {"type": "text", "text": "You are terse."},
-                {"type": "text", "text": "Tools: ..."},
-            ],
-        },
+        {"role": "system", "content": "You are terse.\n\nTools: ..."},
         {"role": "user", "content": "Look this up."},
         {
             "role": "assistant",

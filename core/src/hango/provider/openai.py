@@ -9,8 +9,8 @@ Request mapping (https://platform.openai.com/docs/api-reference/chat/create):
 - ``Request.system`` becomes one leading ``role: system`` message. Chat Completions has no cache
   breakpoints (OpenAI caches prompt prefixes by itself,
   https://platform.openai.com/docs/guides/prompt-caching), so ``cache_control`` is not sent.
-- One text block is sent as a ``content`` string; several as a list of text parts, so no
-  separator is invented between them.
+- A message's text blocks are sent as one ``content`` string, joined by a blank line: every
+  compatible server takes a string, while lists of text parts are rejected or mangled by some.
 - A user message's ``tool_result`` blocks become ``role: tool`` messages (``tool_call_id``,
   ``content``), in order, followed by its text (if any) as a ``role: user`` message: the API
   wants each tool reply right after the assistant message that asked for it
@@ -58,7 +58,6 @@ try:
     from openai.types.chat import (
         ChatCompletionAssistantMessageParam,
         ChatCompletionChunk,
-        ChatCompletionContentPartTextParam,
         ChatCompletionFunctionToolParam,
         ChatCompletionMessageFunctionToolCallParam,
         ChatCompletionMessageParam,
@@ -181,10 +180,10 @@ class OpenAIChatModel:
                 yield event
 
 
-def _content(blocks: Sequence[TextBlock]) -> str | list[ChatCompletionContentPartTextParam]:
-    if len(blocks) == 1:
-        return blocks[0].text
-    return [{"type": "text", "text": b.text} for b in blocks]
+def _content(blocks: Sequence[TextBlock]) -> str:
+    # A string, not a list of text parts: several compatible servers reject or mangle parts
+    # (in system messages especially), and every one takes a string.
+    return "\n\n".join(b.text for b in blocks)
 
 
 def _arguments(call: ToolUseBlock) -> str:

@@ -333,7 +333,13 @@ class PostgresRunStore:
             "contents": [_dumps(message_to_json(m)["content"]) for m in new],
         }
         async with self._pool.connection() as conn:
-            cur = await conn.execute(_SAVE, params)
+            try:
+                cur = await conn.execute(_SAVE, params)
+            except psycopg.errors.UntranslatableCharacter as exc:
+                raise StoreError(
+                    f"run {run_id}: nothing saved: its state holds a NUL character (\\u0000), "
+                    f"which PostgreSQL's jsonb cannot store ({exc.diag.message_primary})"
+                ) from exc
             if await cur.fetchone() is not None:
                 return version + 1
             cur = await conn.execute(

@@ -1,0 +1,430 @@
+"""Runs through the Harness and the Worker, on both back ends: the plan and every middleware's
+typed state survive the database, a stop request ends a run at a turn boundary, corrupt state
+fails only its own run, and a worker that lost its lease writes nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from attrs import evolve, field, frozen
+
+from hango import (
+    AgentDefinition,
+    Event,
+    Harness,
+    Message,
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
+    RunStarted,
+    RunStatus,
+    ScriptedModel,
+    State,
+    StateError,
+    Todo,
+    ToolCallRequest,
+    ToolHandler,
+    ToolRegistry,
+    ToolResult,
+    dump_state,
+    load_private,
+    load_state,
+    make_plugin_manager,
+    store_private,
+    tool,
+)
+from hango.agent.middleware import Middleware
+from hango.agent.stack import StackConfig, default_stack
+from hango.run.worker import Worker
+from hango.store import RunStore, StoreError, open_store
+from hango.store.base import RunRecord
+
+pytestmark = pytest.mark.anyio
+
+DEMO = Path(__file__).parents[2] / "examples" / "demo" / "agent.toml"
+AGENT = AgentDefinition(name="test", model="scripted:inline", max_turns=10)
+FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+
+
+@frozen
+class Entry:
+    label: str
+    amount: int
+    ratio: float | None = None
+
+
+@frozen
+class Ledger:
+    """Private state with the JSON shapes a jsonb round trip could change."""
+
+    entries: tuple[Entry, ...] = ()
+    by_key: dict[str, int] = field(factory=dict)
+    flags: dict[str, bool] = field(factory=dict)
+    note: str = ""
+
+
+LEDGER = Ledger(
+    entries=(Entry("ünïcödé ✓ 🚀", 2**62, 0.1), Entry('quote " back \\ slash\nnewline', -7)),
+    by_key={"b": 2, "a": 1, "": 0, "ключ": 3},
+    flags={"yes": True, "no": False},
+    note="   spaced   ",
+)
+
+
+class LedgerMiddleware:
+    """Writes LEDGER on the first tool call; counts calls in ``by_key['calls']``."""
+
+    name = "ledger"
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        ledger, found = load_private(req.state, self.name, Ledger)
+        base = ledger if found else LEDGER
+        calls = base.by_key.get("calls", 0) + 1
+        store_private(req.state, self.name, evolve(base, by_key={**base.by_key, "calls": calls}))
+        return await next(req)
+
+
+class Probe:
+    """Innermost: snapshots the whole state document before every model call, so the last
+    snapshot is the run's final state as the middlewares left it."""
+
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] = {}
+
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+        self.last = json.loads(json.dumps(dump_state(req.state)))
+        return await next(req)
+
+
+async def test_the_plan_and_every_middlewares_typed_state_survive_the_database(
+    store: RunStore, store_url: str, tenant: uuid.UUID
+) -> None:
+    """The demo agent with the installed feature plugins (hango-todo writes the plan,
+    hango-repeat counts calls in private state) plus a middleware with awkward JSON."""
+    repeat = pytest.importorskip("hango_repeat.middleware")
+    plugins = make_plugin_manager(env={})
+    probe = Probe()
+
+    def stack(config: StackConfig) -> Sequence[Middleware]:
+        return [*default_stack(config, plugins), LedgerMiddleware(), probe]
+
+    harness = Harness(store, tenant_id=tenant, stack=stack, settings={})
+    finished = await harness.run(AgentDefinition.from_file(DEMO), "What are the open risks?")
+    assert finished.status is RunStatus.COMPLETED, finished.error
+
+    async with await open_store(store_url) as fresh:  # nothing cached: read it back
+        record = await fresh.get_run(tenant, finished.run_id)
+    assert record.state == probe.last
+    stored = record.state
+    assert isinstance(stored, dict)
+    assert stored["todos"], "hango-todo wrote no plan"
+    assert set(stored["private"]) >= {"repeat_call", "ledger"}
+
+    reloaded, expected = load_state(stored), load_state(probe.last)
+    assert reloaded.todos == expected.todos
+    assert all(isinstance(t, Todo) for t in reloaded.todos)
+    for name, cls in (("repeat_call", repeat.RepeatCounts), ("ledger", Ledger)):
+        value, found = load_private(reloaded, name, cls)
+        assert found and value == load_private(expected, name, cls)[0]
+    ledger, _ = load_private(reloaded, "ledger", Ledger)
+    assert evolve(ledger, by_key={k: v for k, v in ledger.by_key.items() if k != "calls"}) == LEDGER
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.postgres
+async def test_a_state_postgres_cannot_store_fails_the_save_clearly(
+    store: RunStore, tenant: uuid.UUID
+) -> None:
+    a = await store.put_agent(tenant, "test", {"name": "test"})
+    run = await store.create_run(tenant, a.id, Message.user("go"))
+    with pytest.raises(StoreError, match=r"NUL character"):
+        await store.save_run(
+            tenant, run.id, version=0, status=RunStatus.RUNNING, state={"todo": "a\x00b"}
+        )
+    assert (await store.get_run(tenant, run.id)).version == 0
+
+
+def two_step_model() -> ScriptedModel:
+    return ScriptedModel.from_turns(
+        [
+            {"tool_calls": [{"name": "work", "input": {"label": "one"}}]},
+            {"tool_calls": [{"name": "work", "input": {"label": "two"}}]},
+            {"text": "done"},
+        ]
+    )
+
+
+async def test_a_stop_request_ends_the_run_at_the_next_turn_boundary(
+    store: RunStore, store_url: str, tenant: uuid.UUID
+) -> None:
+    executed: list[str] = []
+    stop = anyio.Event()
+
+    @tool
+    async def work(label: str) -> str:
+        """Do one unit of work.
+
+        Args:
+            label: which one.
+        """
+        executed.append(label)
+        stop.set()  # the SIGTERM arrives while the batch runs: the batch still finishes
+        return f"{label} done"
+
+    def harness(s: RunStore) -> Harness:
+        return Harness(
+            s,
+            tenant_id=tenant,
+            model=two_step_model(),
+            stack=lambda _: [],
+            tools=ToolRegistry([work]),
+            settings={},
+        )
+
+    events: list[Event] = []
+
+    async def keep(event: Event) -> None:
+        events.append(event)
+
+    run = await harness(store).start(AGENT, "go")
+    first = await harness(store).execute(run.id, emit=keep, stop=stop)
+    assert (first.status, first.error, executed) == (RunStatus.QUEUED, None, ["one"])
+    saved = await store.get_run(tenant, run.id)
+    history = await store.load_messages(tenant, run.session_id)
+    assert saved.status is RunStatus.QUEUED
+    assert [m.role for m in history] == ["user", "assistant", "user"]
+    assert history[-1].tool_results[0].content == "one done"
+
+    async with await open_store(store_url) as other:  # another process continues it
+        second = await harness(other).execute(run.id, emit=keep)
+    assert second.status is RunStatus.COMPLETED
+    assert executed == ["one", "two"]  # the saved call did not run again
+    started = [e.resumed for e in events if isinstance(e, RunStarted)]
+    assert started == [False, True]
+
+
+async def test_a_claimed_run_that_never_ran_does_not_start_as_resumed(
+    store: RunStore, tenant: uuid.UUID
+) -> None:
+    harness = Harness(
+        store,
+        tenant_id=tenant,
+        model=ScriptedModel.from_turns([{"text": "hi"}]),
+        stack=lambda _: [],
+        settings={},
+    )
+    run = await harness.start(AGENT, "go", status=RunStatus.QUEUED)
+    assert await store.claim_run(tenant, "w", lease_seconds=30) is not None
+    events: list[Event] = []
+
+    async def keep(event: Event) -> None:
+        events.append(event)
+
+    await harness.execute(run.id, emit=keep)
+    assert [e.resumed for e in events if isinstance(e, RunStarted)] == [False]
+
+
+@frozen
+class Calls:
+    count: int = 0
+
+
+class StrictCounter:
+    """Reads its private state in before_run, as any middleware that resumes would."""
+
+    name = "counter"
+
+    async def before_run(self, state: State) -> None:
+        calls, _ = load_private(state, self.name, Calls)
+        store_private(state, self.name, evolve(calls, count=calls.count + 1))
+
+
+async def wait_finished(
+    store: RunStore, tenant: uuid.UUID, ids: Sequence[uuid.UUID], deadline: float = 30
+) -> list[RunRecord]:
+    with anyio.fail_after(deadline):
+        while True:
+            runs = [await store.get_run(tenant, i) for i in ids]
+            if all(r.status in FINISHED for r in runs):
+                return runs
+            await anyio.sleep(0.05)
+
+
+class Running:
+    """A worker started by ``start_worker``; ``finished`` is set once its ``run`` returned."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.finished = anyio.Event()
+
+    async def run(self, *, task_status: Any) -> None:
+        try:
+            await self.worker.run(task_status=task_status)
+        finally:
+            self.finished.set()
+
+
+StartWorker = Callable[[Worker], Awaitable[Running]]
+
+
+@pytest.fixture
+async def start_worker(store: RunStore) -> AsyncIterator[StartWorker]:
+    """Start in-process workers, listening once this returns; killed when the test ends (so
+    a failing test cannot hang on a run that waits forever)."""
+    async with anyio.create_task_group() as tg:
+        started: list[Running] = []
+
+        async def start(worker: Worker) -> Running:
+            running = Running(worker)
+            await tg.start(running.run)
+            started.append(running)
+            return running
+
+        yield start
+        for r in started:
+            r.worker.kill()
+
+
+async def test_corrupt_state_fails_only_its_own_run_naming_the_middleware_and_field(
+    store: RunStore,
+    backend: str,
+    tenant: uuid.UUID,
+    sql: Callable[..., Any],
+    start_worker: StartWorker,
+) -> None:
+    harness = Harness(
+        store,
+        tenant_id=tenant,
+        model=ScriptedModel.from_turns([{"text": "fine"}]),
+        stack=lambda _: [StrictCounter()],
+        settings={},
+    )
+    runs = [await harness.start(AGENT, f"job {i}", status=RunStatus.QUEUED) for i in range(4)]
+
+    def document(run: RunRecord, **changes: Any) -> str:
+        doc = dump_state(State(run.id, run.session_id, run.agent_id, run.tenant_id))
+        return json.dumps({**doc, **changes})
+
+    corrupt = {
+        runs[1].id: document(runs[1], private={"counter": {"count": "many"}}),
+        runs[2].id: document(runs[2], todos=[{"content": "plan", "status": "someday"}]),
+    }
+    if backend == "sqlite":  # jsonb refuses text that is not JSON; SQLite stores anything
+        corrupt[runs[3].id] = "{not json"
+    for run_id, text in corrupt.items():
+        sql(
+            "UPDATE runs SET state_json = ? WHERE tenant_id = ? AND id = ?",
+            text,
+            str(tenant),
+            str(run_id),
+        )
+
+    await start_worker(Worker(harness, concurrency=2, lease_seconds=5))
+    done = await wait_finished(store, tenant, [r.id for r in runs])
+
+    assert done[0].status is RunStatus.COMPLETED
+    assert done[1].status is RunStatus.FAILED
+    assert done[1].error == str(
+        StateError("counter", "$.count", "invalid value for type, expected int")
+    )
+    assert done[2].status is RunStatus.FAILED
+    assert done[2].error is not None
+    assert "middleware 'state'" in done[2].error and "$.todos[0].status" in done[2].error
+    if backend == "sqlite":
+        assert done[3].status is RunStatus.FAILED
+        assert done[3].error == str(StateError("state", "$", "state_json is not an object"))
+        assert done[3].state == "{not json"  # kept as it was: nothing lost
+    else:
+        assert done[3].status is RunStatus.COMPLETED
+    assert done[1].state["private"] == {"counter": {"count": "many"}}  # type: ignore[index]
+    assert all(r.lease_owner is None for r in done)
+
+
+async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
+    store: RunStore,
+    tenant: uuid.UUID,
+    sql: Callable[..., Any],
+    start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started = anyio.Event()
+    never = anyio.Event()
+
+    @tool
+    async def wait_forever(label: str) -> str:
+        """Wait for something that never happens.
+
+        Args:
+            label: what for.
+        """
+        started.set()
+        await never.wait()
+        return "unreachable"
+
+    harness = Harness(
+        store,
+        tenant_id=tenant,
+        model=ScriptedModel.from_turns(
+            [{"tool_calls": [{"name": "wait_forever", "input": {"label": "x"}}]}, {"text": "ok"}]
+        ),
+        stack=lambda _: [],
+        tools=ToolRegistry([wait_forever]),
+        settings={},
+    )
+    run = await harness.start(AGENT, "go", status=RunStatus.QUEUED)
+    old = await start_worker(Worker(harness, name="old", lease_seconds=1.5))
+    with anyio.fail_after(10):
+        await started.wait()
+
+    # The old worker looks dead to the others (its lease lapsed); a new one takes the run.
+    new = None
+    with anyio.fail_after(10):
+        while new is None:
+            sql(
+                "UPDATE runs SET lease_expires_at = ? WHERE tenant_id = ? AND id = ?",
+                "2000-01-01T00:00:00.000000+00:00",
+                str(tenant),
+                str(run.id),
+            )
+            new = await store.claim_run(tenant, "new", lease_seconds=60)
+    taken = await store.get_run(tenant, run.id)
+
+    # Only the failed renewal can end the old worker's run: its tool waits forever and a stop
+    # request acts at turn boundaries only.
+    old.worker.stop()
+    with anyio.fail_after(10):
+        await old.finished.wait()
+    after = await store.get_run(tenant, run.id)
+    assert after == taken  # its cancel-time save was refused (StaleVersion), nothing written
+    assert (after.lease_owner, after.status) == ("new", RunStatus.RUNNING)
+    assert "lease lost to another worker" in caplog.text
+    assert "another worker owns it now" in caplog.text
+
+
+async def test_a_run_its_workers_keep_dying_on_is_failed_after_max_attempts(
+    store: RunStore, tenant: uuid.UUID, start_worker: StartWorker
+) -> None:
+    harness = Harness(
+        store,
+        tenant_id=tenant,
+        model=ScriptedModel.from_turns([{"text": "never"}]),
+        stack=lambda _: [],
+        settings={},
+    )
+    run = await harness.start(AGENT, "poison", status=RunStatus.QUEUED)
+    for _ in range(2):  # two workers claimed it and died
+        assert await store.claim_run(tenant, "dead", lease_seconds=0.01) is not None
+        await anyio.sleep(0.05)
+    await start_worker(Worker(harness, max_attempts=2, lease_seconds=5))
+    (done,) = await wait_finished(store, tenant, [run.id])
+    assert done.status is RunStatus.FAILED
+    assert done.error is not None and done.error.startswith("abandoned after 2 attempts")
+    assert done.attempts == 3
