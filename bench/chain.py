@@ -452,10 +452,11 @@ def _version(dist: str) -> str:
 def header(dists: Sequence[str] = ("hango",)) -> str:
     """Date, interpreter, machine and the versions of ``dists``, for a table's title."""
     versions = ", ".join(f"{d} {_version(d)}" for d in dists)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"{datetime.date.today().isoformat()}, {platform.python_implementation()} "
         f"{platform.python_version()}, {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} cores, {versions}"
+        f"{os.cpu_count()} cores, load average {load}, {versions}"
     )
 
 

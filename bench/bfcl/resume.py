@@ -141,13 +141,13 @@ class DurableEnv(ApiEnv):
         os.replace(tmp, self.path)
 
     def call(self, name: str, arguments: Mapping[str, Any], call_id: str | None = None) -> Outcome:
-        kill_here = self.kill is not None and call_id == self.kill.call_id
-        if kill_here and self.kill is not None and self.kill.phase == "batch":
+        here = self.kill.phase if self.kill is not None and call_id == self.kill.call_id else None
+        if here == "batch":
             die()
         outcome = super().call(name, arguments, call_id)
         self.log.append((call_id, name, dict(arguments)))
         self.save()
-        if kill_here and self.kill is not None and self.kill.phase == "effect":
+        if here == "effect":
             die()
         return outcome
 
@@ -220,6 +220,7 @@ class ResumeStats:
     reissued: int = 0
     wall_seconds: float = 0.0
     kills: dict[str, int] = field(factory=dict)
+    notes: list[str] = field(factory=list)
     failures: list[str] = field(factory=list)
 
 
@@ -399,7 +400,9 @@ async def run_resume_tasks(
     """Resume mode over ``tasks``; ``phase`` is one of ``KILL_CHOICES``."""
     stats = ResumeStats(category, phase)
     started = time.perf_counter()
-    settings = bench_settings(base_settings, [parsed_calls(t) for t in tasks], Stats(category))
+    measured = Stats(category)
+    settings = bench_settings(base_settings, [parsed_calls(t) for t in tasks], measured)
+    stats.notes = measured.notes
     store = await open_store(db)
     try:
         for i, task in enumerate(tasks):
@@ -432,6 +435,7 @@ def resume_report(stats: ResumeStats, db: str, version: str) -> str:
         [
             f"BFCL {stats.category} resume mode, kills: {stats.phase} (bfcl-eval {version}), "
             f"store {db}",
+            *(f"note: {n}" for n in stats.notes),
             *(f"FAIL {f}" for f in stats.failures),
             f"tasks at ground-truth state after a kill and resume, no call run twice: "
             f"{stats.passed}/{stats.tasks}",

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import anyio
-
 from hango import tool
 
 ROOT = (Path(__file__).parent / "files").resolve()

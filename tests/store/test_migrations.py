@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from hango.agent.events import RunStatus
 from hango.cli import main
 from hango.provider.messages import Message
-from hango.store import SchemaError, open_store
-from hango.store import migrate
+from hango.store import SchemaError, migrate, open_store
 
 HEAD = ["0001.base", "0002.run-state", "0003.run-queue"]
 
@@ -112,7 +110,7 @@ async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_ur
         await open_store(empty_url)
     migrate.upgrade(empty_url)
     migrate.downgrade(empty_url)
-    with pytest.raises(SchemaError, match="missing 0003.run-queue"):
+    with pytest.raises(SchemaError, match=r"missing 0003\.run-queue"):
         await open_store(empty_url)
     assert migrate.current(empty_url) == HEAD[:2]  # refusing changed nothing
     migrate.upgrade(empty_url)

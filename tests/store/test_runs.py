@@ -13,7 +13,6 @@ from typing import Any
 import anyio
 import pytest
 from attrs import evolve, field, frozen
-
 from hango import (
     AgentDefinition,
     Event,

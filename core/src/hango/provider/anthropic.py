@@ -134,7 +134,10 @@ class AnthropicModel:
         Raises ``ModelSpecError`` when no credential is found or the SDK rejects its setup.
         """
         try:
-            client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0)
+            # hango records the GenAI `chat` span itself; the SDK's own spans would duplicate it.
+            client = anthropic.AsyncAnthropic(
+                base_url=base_url, max_retries=0, open_telemetry=False
+            )
         except anthropic.AnthropicError as exc:  # e.g. a broken ANTHROPIC_PROFILE
             raise ModelSpecError(f"anthropic:{name}: {exc}") from None
         if client.api_key is None and client.auth_token is None and client.credentials is None:

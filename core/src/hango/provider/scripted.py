@@ -110,7 +110,7 @@ class ScriptedModel:
             except Exception as exc:
                 detail = "; ".join(cattrs.transform_error(exc, path=f"turns[{i}]"))
                 raise ScriptError(f"{source}: turn {i}: {detail}") from None
-        return cls(parsed, delay=delay, name=f"scripted:{source}")
+        return cls(parsed, delay=delay, name=f"scripted:{Path(source).name}")
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:

@@ -88,13 +88,23 @@ class Harness:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one). ``status=QUEUED`` leaves it for a worker.
 
-        Raises ``AgentFileError`` before recording anything when a tool path does not import.
+        Raises ``AgentFileError`` (a tool path does not import), ``ConfigError`` (a plugin
+        setting is invalid) or ``PluginError`` before recording anything.
         """
         if self.tools is None:
             agent.load_tools()
+        Chain.build(self.stack(self.stack_config(agent)))
         record = await self.store.put_agent(self.tenant_id, agent.name, agent.to_json())
         return await self.store.create_run(
             self.tenant_id, record.id, Message.user(message), session_id=session_id, status=status
+        )
+
+    def stack_config(self, agent: AgentDefinition) -> StackConfig:
+        """What plugins build a run's middlewares from."""
+        allowlist = agent.tool_allowlist
+        return StackConfig(
+            tool_allowlist=None if allowlist is None else frozenset(allowlist),
+            settings=self.settings,
         )
 
     async def run(
@@ -161,12 +171,7 @@ class Harness:
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
 
-        config = StackConfig(
-            tool_allowlist=None
-            if agent.tool_allowlist is None
-            else frozenset(agent.tool_allowlist),
-            settings=self.settings,
-        )
+        config = self.stack_config(agent)
         with telemetry.tracer.start_as_current_span(
             f"invoke_agent {agent.name}",
             kind=SpanKind.INTERNAL,
@@ -194,7 +199,11 @@ class Harness:
                     model=model,
                     view=view,
                     settings=LoopSettings(
-                        agent.model, agent.system_blocks, agent.max_turns, agent.max_tokens
+                        # The provider's model name (spans, requests), not the agent's spec.
+                        getattr(model, "name", agent.model),
+                        agent.system_blocks,
+                        agent.max_turns,
+                        agent.max_tokens,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
