@@ -22,8 +22,10 @@ e2e
     both. The cost N wrappers add to one model call is ``(run(N model wrappers) - run(0)) /
     (K + 1)``; to one tool call ``(run(N tool wrappers) - run(0)) / K``.
 
-Every number is the minimum over ``--repeats`` samples; in each repeat the cases run in a new
-random order, so drift on a shared machine hits every case alike and the ratios stay stable.
+Every number is the minimum over ``--repeats`` rounds of short samples; in each round every case
+runs once, in a new random order, so drift on a shared machine hits every case alike. Ratios are
+taken between those minimums. The title line carries the load average: other work on the
+machine shows there first.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import gc
 import os
 import platform
 import random
-import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -126,43 +128,39 @@ async def _sample(case: Case, calls: int) -> float:
     return (time.perf_counter_ns() - start) / calls
 
 
-#: One repeat: ns per call of every case, all sampled within a few hundred milliseconds.
-Repeat = Mapping[Key, float]
+async def _calibrate(case: Case, sample_ms: float) -> int:
+    """Calls per sample of about ``sample_ms``: doubled until a trial lasts a fifth of that,
+    then scaled by the fastest of three trials, so one preempted trial cannot make the samples
+    short (a sample of a few calls right after ``gc.collect`` runs with cold caches)."""
+    calls = 1
+    while await _sample(case, calls) * calls < sample_ms * 1e6 / 5:
+        calls *= 2
+    per_call = min([await _sample(case, calls) for _ in range(3)])
+    return max(1, round(sample_ms * 1e6 / per_call))
 
 
 async def measure(
     cases: Mapping[Key, Case], *, sample_ms: float, repeats: int, seed: int
-) -> list[Repeat]:
-    """``repeats`` rounds in which every case runs one sample of about ``sample_ms``.
+) -> dict[Key, float]:
+    """Min ns per call of each case over ``repeats`` samples of about ``sample_ms`` each.
 
-    The cases run in a new random order in every round, so drift on a shared machine hits
-    every case alike. Callers take the minimum of a case's samples as its cost (contention only
-    ever adds time) and the median over rounds of a ratio computed within each round.
+    Every round runs one sample of every case, in a new random order, so drift on a shared
+    machine hits every case alike; the minimum of many short samples is the cost with the least
+    contention in it (contention only ever adds time), and ratios are taken between minimums.
     """
     rng = random.Random(seed)
     keys = list(cases)
     calls: dict[Key, int] = {}
     for key in keys:  # warm-up (first-call caches: onions, validators, pydantic), calibration
         await _sample(cases[key], 1)
-        per_call = await _sample(cases[key], 3)
-        calls[key] = max(1, round(sample_ms * 1e6 / per_call))
-    rounds: list[Repeat] = []
+        calls[key] = await _calibrate(cases[key], sample_ms)
+    best = dict.fromkeys(keys, float("inf"))
     for _ in range(repeats):
         rng.shuffle(keys)
-        sample: dict[Key, float] = {}
         for key in keys:
             gc.collect()
-            sample[key] = await _sample(cases[key], calls[key])
-        rounds.append(sample)
-    return rounds
-
-
-def best(rounds: Sequence[Repeat], key: Key) -> float:
-    return min(r[key] for r in rounds)
-
-
-def median_ratio(rounds: Sequence[Repeat], ratio: Callable[[Repeat], float]) -> float:
-    return statistics.median(ratio(r) for r in rounds)
+            best[key] = min(best[key], await _sample(cases[key], calls[key]))
+    return best
 
 
 # -- micro: the chain alone ------------------------------------------------------------------
@@ -189,15 +187,15 @@ def micro_cases() -> dict[Key, Case]:
         tchain = Chain.build([PassTool(f"t{i}") for i in range(n)])
         bare_m = bare_onion(_base_model, n)
         bare_t = bare_onion(_base_tool, n)
-        # Default arguments pin this iteration's objects in each lambda.
-        cases["model", "hango", n] = lambda c=mchain: c.model_call(mreq, _base_model)
-        cases["model", "bare", n] = lambda h=bare_m: h(mreq)
-        cases["tool", "hango", n] = lambda c=tchain: c.tool_call(treq, _base_tool)
-        cases["tool", "bare", n] = lambda h=bare_t: h(treq)
+        # Every case goes through one partial, so that call's cost cancels out of the ratios.
+        cases["model", "hango", n] = functools.partial(mchain.model_call, mreq, _base_model)
+        cases["model", "bare", n] = functools.partial(bare_m, mreq)
+        cases["tool", "hango", n] = functools.partial(tchain.tool_call, treq, _base_tool)
+        cases["tool", "bare", n] = functools.partial(bare_t, treq)
     return cases
 
 
-def micro_table(rounds: Sequence[Repeat]) -> tuple[list[str], bool]:
+def micro_table(best: Mapping[Key, float]) -> tuple[list[str], bool]:
     """The micro table's lines and whether every per-layer ratio meets the aim."""
     lines = [
         "| call | N | hango ns/call | bare ns/call | hango ns/layer | bare ns/layer "
@@ -206,26 +204,16 @@ def micro_table(rounds: Sequence[Repeat]) -> tuple[list[str], bool]:
     ]
     met = True
     for op in ("model", "tool"):
-        h0, b0 = best(rounds, (op, "hango", 0)), best(rounds, (op, "bare", 0))
+        h0, b0 = best[op, "hango", 0], best[op, "bare", 0]
         for n in DEPTHS:
-            h, b = best(rounds, (op, "hango", n)), best(rounds, (op, "bare", n))
-
-            def total(r: Repeat, op: str = op, n: int = n) -> float:
-                return r[op, "hango", n] / r[op, "bare", n]
-
-            def per_layer(r: Repeat, op: str = op, n: int = n) -> float:
-                hango = r[op, "hango", n] - r[op, "hango", 0]
-                return hango / (r[op, "bare", n] - r[op, "bare", 0])
-
+            h, b = best[op, "hango", n], best[op, "bare", n]
             if n:
-                ratio = median_ratio(rounds, per_layer)
-                met = met and ratio <= PER_LAYER_AIM
-                layer = f"{(h - h0) / n:.0f} | {(b - b0) / n:.0f} | {ratio:.2f}x"
+                hl, bl = (h - h0) / n, (b - b0) / n
+                met = met and hl / bl <= PER_LAYER_AIM
+                layer = f"{hl:.0f} | {bl:.0f} | {hl / bl:.2f}x"
             else:
                 layer = "- | - | -"
-            lines.append(
-                f"| {op} | {n} | {h:.0f} | {b:.0f} | {layer} | {median_ratio(rounds, total):.2f}x |"
-            )
+            lines.append(f"| {op} | {n} | {h:.0f} | {b:.0f} | {layer} | {h / b:.2f}x |")
     return lines, met
 
 
@@ -284,8 +272,9 @@ def check_hango(k: int, messages: list[Message]) -> None:
         raise RuntimeError(f"hango run did not make {k} good tool calls: {messages!r}")
 
 
-def langchain_runners(k: int) -> dict[tuple[str, int], Callable[[], Awaitable[Any]]] | None:
-    """LangChain v1 runners keyed by (wrapper kind, N), or None without the bench group."""
+def langchain_cases(k: int) -> dict[tuple[str, int], tuple[Case, Case]] | None:
+    """LangChain v1 (run, build) cases keyed by (wrapper kind, N), or None without the bench
+    group. A run is one ``ainvoke`` of an agent built once; a build is one ``create_agent``."""
     try:
         from langchain.agents import create_agent
         from langchain.agents.middleware import AgentMiddleware
@@ -313,7 +302,7 @@ def langchain_runners(k: int) -> dict[tuple[str, int], Callable[[], Awaitable[An
         ) -> ChatResult:
             return self._generate(messages, stop)
 
-    class LCName:
+    class LCPass(AgentMiddleware[Any, Any, Any]):
         def __init__(self, name: str) -> None:
             self._name = name
 
@@ -321,11 +310,11 @@ def langchain_runners(k: int) -> dict[tuple[str, int], Callable[[], Awaitable[An
         def name(self) -> str:  # create_agent rejects repeated names (default: class name)
             return self._name
 
-    class LCPassModel(LCName, AgentMiddleware):  # type: ignore[misc]
+    class LCPassModel(LCPass):
         async def awrap_model_call(self, request: Any, handler: Any) -> Any:
             return await handler(request)
 
-    class LCPassTool(LCName, AgentMiddleware):  # type: ignore[misc]
+    class LCPassTool(LCPass):
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
             return await handler(request)
 
@@ -345,22 +334,26 @@ def langchain_runners(k: int) -> dict[tuple[str, int], Callable[[], Awaitable[An
         for i in range(k)
     ]
     turns.append(AIMessage(content="done"))
-    kinds = {"model": LCPassModel, "tool": LCPassTool, "both": LCPassBoth}
+    kinds: dict[str, type[LCPass]] = {"model": LCPassModel, "tool": LCPassTool, "both": LCPassBoth}
     config: Any = {"recursion_limit": 2 * k + 10}
 
-    def runner(kind: str, n: int) -> Callable[[], Awaitable[Any]]:
+    def cases(kind: str, n: int) -> tuple[Case, Case]:
         middleware = [kinds[kind](f"{kind}{i}") for i in range(n)]
+
+        async def build() -> Any:
+            return create_agent(ScriptChatModel(responses=turns), [lc_echo], middleware=middleware)
+
         agent = create_agent(ScriptChatModel(responses=turns), [lc_echo], middleware=middleware)
 
         async def run() -> Any:
             return await agent.ainvoke({"messages": [HumanMessage("go")]}, config)
 
-        return run
+        return run, build
 
-    out = {("both", 0): runner("both", 0)}
+    out = {("both", 0): cases("both", 0)}
     for kind in kinds:
         for n in DEPTHS[1:]:
-            out[kind, n] = runner(kind, n)
+            out[kind, n] = cases(kind, n)
     return out
 
 
@@ -374,69 +367,87 @@ def check_langchain(k: int, result: Any) -> None:
 
 
 async def e2e_cases(k: int) -> tuple[dict[Key, Case], bool]:
-    """The cases keyed by (side, kind, N), checked once each; and whether LangChain is there."""
+    """Cases keyed by (side, wrapper kind, N), each run checked once; and whether LangChain is
+    there. Sides: "hango" / "langchain" runs, "hango-build" / "langchain-build" chain builds."""
     cases: dict[Key, Case] = {}
-    hango_run = hango_runner(k, [])
-    check_hango(k, await hango_run())
-    cases["hango", "both", 0] = hango_run
-    for kind, cls in WRAPPERS.items():
-        for n in DEPTHS[1:]:
-            hango_run = hango_runner(k, [cls(f"{kind}{i}") for i in range(n)])
-            check_hango(k, await hango_run())
-            cases["hango", kind, n] = hango_run
-    lc = langchain_runners(k)
+    configs = [("both", 0)] + [(kind, n) for kind in WRAPPERS for n in DEPTHS[1:]]
+    for kind, n in configs:
+        stack = [WRAPPERS[kind](f"{kind}{i}") for i in range(n)]
+        run = hango_runner(k, stack)
+        check_hango(k, await run())
+        cases["hango", kind, n] = run
+        cases["hango-build", kind, n] = functools.partial(_build, stack)
+    lc = langchain_cases(k)
     if lc is not None:
-        for (kind, n), lc_run in lc.items():
+        for (kind, n), (lc_run, lc_build) in lc.items():
             check_langchain(k, await lc_run())
             cases["langchain", kind, n] = lc_run
+            if kind == "both":
+                cases["langchain-build", kind, n] = lc_build
     return cases, lc is not None
 
 
-def e2e_table(rounds: Sequence[Repeat], k: int, with_lc: bool) -> list[str]:
-    """Run time with N of both wrappers, and what N wrappers add to one model / tool call."""
+async def _build(stack: Sequence[Middleware]) -> Chain:
+    return Chain.build(stack)
 
-    def added(r: Repeat, side: str, kind: str, n: int) -> float:
-        """ns that N ``kind`` wrappers add to one model call (kind "model") or tool call."""
-        return (r[side, kind, n] - r[side, "both", 0]) / (k + 1 if kind == "model" else k)
 
-    def cells(side: str, n: int) -> list[float]:
-        """µs per run with N of both; ns added per model call; ns added per tool call."""
-        lowest = {key: best(rounds, key) for key in rounds[0] if key[0] == side}
-        run = lowest[side, "both", n] / 1000
-        if not n:
-            return [run]
-        return [run, added(lowest, side, "model", n), added(lowest, side, "tool", n)]
+def e2e_tables(best: Mapping[Key, float], k: int, with_lc: bool) -> tuple[list[str], list[str]]:
+    """(setup and run table, per-call table).
 
-    if not with_lc:
-        lines = ["| N | hango µs/run | +ns/model call | +ns/tool call |", "|---:|---:|---:|---:|"]
-        for n in DEPTHS:
-            row = [*cells("hango", n), 0.0, 0.0]
-            lines.append(f"| {n} | {row[0]:.0f} | {row[1]:.0f} | {row[2]:.0f} |")
-        return lines
-    lines = [
-        "| N | hango µs/run | LangChain µs/run | run ratio "
-        "| hango +ns/model call | LangChain +ns/model call | model ratio "
-        "| hango +ns/tool call | LangChain +ns/tool call | tool ratio |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    hango builds its chain per run, as the Harness does, so a hango run's time includes
+    ``Chain.build``; the per-call columns take it out (run minus build, both measured in the
+    same rounds) to compare like with like against LangChain's agent, which is built once.
+    """
+
+    def loop(kind: str, n: int) -> float:
+        return best["hango", kind, n] - best["hango-build", kind, n]
+
+    def added(side: str, kind: str, n: int) -> float:
+        """ns N ``kind`` wrappers add to one model call ("model") or one tool call ("tool")."""
+        calls = k + 1 if kind == "model" else k
+        if side == "hango":
+            return (loop(kind, n) - loop("both", 0)) / calls
+        return (best[side, kind, n] - best[side, "both", 0]) / calls
+
+    lc = with_lc
+    setup = [
+        "| N | hango Chain.build µs | hango run µs (build included) | hango run − build µs"
+        + (
+            " | LangChain create_agent µs | LangChain ainvoke µs | hango/LangChain run"
+            if lc
+            else ""
+        )
+        + " |",
+        "|---:|---:|---:|---:" + ("|---:|---:|---:" if lc else "") + "|",
+    ]
+    per_call = [
+        "| N | hango +ns/model call"
+        + (" | LangChain +ns/model call | ratio" if lc else "")
+        + " | hango +ns/tool call"
+        + (" | LangChain +ns/tool call | ratio" if lc else "")
+        + " |",
+        "|---:|---:" + ("|---:|---:" if lc else "") + "|---:" + ("|---:|---:" if lc else "") + "|",
     ]
     for n in DEPTHS:
-        h, lc = cells("hango", n), cells("langchain", n)
-
-        def run_ratio(r: Repeat, n: int = n) -> float:
-            return r["hango", "both", n] / r["langchain", "both", n]
-
-        row = f"| {n} | {h[0]:.0f} | {lc[0]:.0f} | {median_ratio(rounds, run_ratio):.2f}x"
-        for i, kind in ((1, "model"), (2, "tool")):
-            if not n:
-                row += " | - | - | -"
-                continue
-
-            def call_ratio(r: Repeat, kind: str = kind, n: int = n) -> float:
-                return added(r, "hango", kind, n) / added(r, "langchain", kind, n)
-
-            row += f" | {h[i]:.0f} | {lc[i]:.0f} | {median_ratio(rounds, call_ratio):.3f}x"
-        lines.append(row + " |")
-    return lines
+        build, run = best["hango-build", "both", n] / 1000, best["hango", "both", n] / 1000
+        row = f"| {n} | {build:.1f} | {run:.0f} | {loop('both', n) / 1000:.0f}"
+        if lc:
+            lc_build = best["langchain-build", "both", n] / 1000
+            lc_run = best["langchain", "both", n] / 1000
+            ratio = loop("both", n) / 1000 / lc_run
+            row += f" | {lc_build:.0f} | {lc_run:.0f} | {ratio:.3f}x"
+        setup.append(row + " |")
+        if not n:
+            continue
+        row = f"| {n}"
+        for kind in ("model", "tool"):
+            h = added("hango", kind, n)
+            row += f" | {h:.0f}"
+            if lc:
+                other = added("langchain", kind, n)
+                row += f" | {other:.0f} | {h / other:.3f}x"
+        per_call.append(row + " |")
+    return setup, per_call
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -463,11 +474,11 @@ def header(dists: Sequence[str] = ("hango",)) -> str:
 async def main(args: argparse.Namespace) -> None:
     print(f"# Chain overhead ({header(PEERS)})")
     if args.part in ("micro", "all"):
-        rounds = await measure(micro_cases(), sample_ms=args.micro_ms, repeats=args.repeats, seed=1)
-        lines, met = micro_table(rounds)
+        best = await measure(micro_cases(), sample_ms=args.micro_ms, repeats=args.repeats, seed=1)
+        lines, met = micro_table(best)
         print(
             f"\n## micro: ns per call, trivial async base; {args.repeats} rounds of "
-            f"{args.micro_ms:g} ms samples (ns: min; ratios: median of in-round ratios)\n"
+            f"{args.micro_ms:g} ms samples (min per case)\n"
         )
         print("\n".join(lines))
         verdict = "met" if met else "MISSED"
@@ -475,13 +486,15 @@ async def main(args: argparse.Namespace) -> None:
     if args.part in ("e2e", "all"):
         k = args.tool_calls
         cases, with_lc = await e2e_cases(k)
-        rounds = await measure(cases, sample_ms=args.e2e_ms, repeats=args.repeats, seed=2)
+        best = await measure(cases, sample_ms=args.e2e_ms, repeats=args.repeats, seed=2)
         print(
             f"\n## e2e: one run of {k} tool calls ({k + 1} model calls); {args.repeats} "
-            f"rounds of {args.e2e_ms:g} ms samples (µs, ns: min; ratios: median of in-round "
-            f"ratios)\n"
+            f"rounds of {args.e2e_ms:g} ms samples (min per case)\n"
         )
-        print("\n".join(e2e_table(rounds, k, with_lc)))
+        setup, per_call = e2e_tables(best, k, with_lc)
+        print("\n".join(setup))
+        print(f"\nns N pass-through wrappers add to one call ({k + 1} model, {k} tool calls)\n")
+        print("\n".join(per_call))
         if not with_lc:
             print("\nLangChain is not installed: `uv sync --group bench` adds it.")
 
@@ -489,7 +502,7 @@ async def main(args: argparse.Namespace) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
     parser.add_argument("--part", choices=("micro", "e2e", "all"), default="all")
-    parser.add_argument("--repeats", type=int, default=40, help="rounds (min / median taken)")
+    parser.add_argument("--repeats", type=int, default=40, help="rounds (min taken)")
     parser.add_argument("--micro-ms", type=float, default=4, help="micro: ms per sample")
     parser.add_argument("--e2e-ms", type=float, default=100, help="e2e: ms per sample")
     parser.add_argument("--tool-calls", type=int, default=10, help="e2e: K tool calls per run")

@@ -11,15 +11,15 @@ state of three middlewares stored through ``store_private`` (repeat-call counts,
 summarization record, memory notes). A second table times ``store_private`` /
 ``load_private`` of each of those values.
 
-Every number is the minimum over ``--repeats`` rounds; in each round the cases run in a new
-random order. The ratios (``load_state`` against ``json.loads``, ``dump_state`` against
-``json.dumps``) are the median over rounds of the ratio within a round, so both sides of a
-ratio were measured side by side.
+Every number is the minimum over ``--repeats`` rounds; in each round every op runs one short
+sample, in a new random order, so both sides of a ratio (``dump_state`` against ``json.dumps``,
+``load_state`` against ``json.loads``) were measured side by side in one process.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import hashlib
 import json
@@ -40,7 +40,7 @@ from hango.agent.state import (
     store_private,
 )
 
-from bench.chain import Repeat, best, header, median_ratio
+from bench.chain import header
 
 TODO_COUNTS = (0, 100, 1000)
 STATUSES: tuple[TodoStatus, ...] = ("completed", "in_progress", "pending")
@@ -113,6 +113,18 @@ def encode(doc: object) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
+def save(state: State) -> str:
+    return encode(dump_state(state))
+
+
+def restore(text: str) -> State:
+    return load_state(json.loads(text))
+
+
+def round_trip(value: object) -> object:
+    return json.loads(encode(value))
+
+
 # -- measurement -----------------------------------------------------------------------------
 
 
@@ -123,25 +135,33 @@ def _sample(op: Op, calls: int) -> float:
     return (time.perf_counter_ns() - start) / calls
 
 
+def _calibrate(op: Op, sample_ms: float) -> int:
+    """Calls per sample of about ``sample_ms`` (see ``bench.chain._calibrate``)."""
+    calls = 1
+    while _sample(op, calls) * calls < sample_ms * 1e6 / 5:
+        calls *= 2
+    per_call = min(_sample(op, calls) for _ in range(3))
+    return max(1, round(sample_ms * 1e6 / per_call))
+
+
 def measure(
     ops: Mapping[tuple[Any, ...], Op], *, sample_ms: float, repeats: int, seed: int
-) -> list[Repeat]:
-    """``repeats`` rounds of one ~``sample_ms`` sample per op, in a new random order each."""
+) -> dict[tuple[Any, ...], float]:
+    """Min ns per op over ``repeats`` rounds of one ~``sample_ms`` sample of every op, the ops
+    in a new random order each round (see ``bench.chain.measure``)."""
     rng = random.Random(seed)
     keys = list(ops)
     calls: dict[tuple[Any, ...], int] = {}
     for key in keys:
         ops[key]()
-        calls[key] = max(1, round(sample_ms * 1e6 / _sample(ops[key], 3)))
-    rounds: list[Repeat] = []
+        calls[key] = _calibrate(ops[key], sample_ms)
+    best = dict.fromkeys(keys, float("inf"))
     for _ in range(repeats):
         rng.shuffle(keys)
-        sample: dict[Any, float] = {}
         for key in keys:
             gc.collect()
-            sample[key] = _sample(ops[key], calls[key])
-        rounds.append(sample)
-    return rounds
+            best[key] = min(best[key], _sample(ops[key], calls[key]))
+    return best
 
 
 def size_ops() -> tuple[dict[tuple[Any, ...], Op], dict[tuple[int, bool], int]]:
@@ -157,16 +177,18 @@ def size_ops() -> tuple[dict[tuple[Any, ...], Op], dict[tuple[int, bool], int]]:
                 raise RuntimeError("state did not round-trip")
             sizes[todos, private] = len(text.encode())
             case = (todos, private)
-            ops[(*case, "dump")] = lambda s=state: dump_state(s)
-            ops[(*case, "encode")] = lambda d=doc: encode(d)
-            ops[(*case, "save")] = lambda s=state: encode(dump_state(s))
-            ops[(*case, "decode")] = lambda t=text: json.loads(t)
-            ops[(*case, "load")] = lambda d=doc: load_state(d)
-            ops[(*case, "restore")] = lambda t=text: load_state(json.loads(t))
+            ops[(*case, "dump")] = functools.partial(dump_state, state)
+            ops[(*case, "encode")] = functools.partial(encode, doc)
+            ops[(*case, "save")] = functools.partial(save, state)
+            ops[(*case, "decode")] = functools.partial(json.loads, text)
+            ops[(*case, "load")] = functools.partial(load_state, doc)
+            ops[(*case, "restore")] = functools.partial(restore, text)
     return ops, sizes
 
 
-def size_table(rounds: Sequence[Repeat], sizes: Mapping[tuple[int, bool], int]) -> list[str]:
+def size_table(
+    best: Mapping[tuple[Any, ...], float], sizes: Mapping[tuple[int, bool], int]
+) -> list[str]:
     lines = [
         "| todos | private | JSON bytes | dump_state µs | json.dumps µs | save µs "
         "| json.loads µs | load_state µs | restore µs | dump_state / json.dumps "
@@ -176,27 +198,23 @@ def size_table(rounds: Sequence[Repeat], sizes: Mapping[tuple[int, bool], int]) 
     for todos in TODO_COUNTS:
         for private in (False, True):
             case = (todos, private)
-            us = [
-                best(rounds, (*case, op)) / 1000
+            dump, enc, save, dec, load, restore = (
+                best[(*case, op)] / 1000
                 for op in ("dump", "encode", "save", "decode", "load", "restore")
-            ]
-
-            def ratio(a: str, b: str, case: tuple[int, bool] = case) -> float:
-                return median_ratio(rounds, lambda r: r[(*case, a)] / r[(*case, b)])
-
+            )
             lines.append(
-                f"| {todos} | {'3 middlewares' if private else 'none'} | {sizes[case]} | "
-                + " | ".join(f"{v:.1f}" for v in us)
-                + f" | {ratio('dump', 'encode'):.2f}x | {ratio('load', 'decode'):.2f}x |"
+                f"| {todos} | {'3 middlewares' if private else 'none'} | {sizes[case]} "
+                f"| {dump:.1f} | {enc:.1f} | {save:.1f} | {dec:.1f} | {load:.1f} | {restore:.1f} "
+                f"| {dump / enc:.2f}x | {load / dec:.2f}x |"
             )
     return lines
 
 
-def per_todo(rounds: Sequence[Repeat]) -> str:
+def per_todo(best: Mapping[tuple[Any, ...], float]) -> str:
     """ns each todo adds to a save and to a restore (1000 todos against none, no private)."""
     top = TODO_COUNTS[-1]
-    save = (best(rounds, (top, False, "save")) - best(rounds, (0, False, "save"))) / top
-    restore = (best(rounds, (top, False, "restore")) - best(rounds, (0, False, "restore"))) / top
+    save = (best[top, False, "save"] - best[0, False, "save"]) / top
+    restore = (best[top, False, "restore"] - best[0, False, "restore"]) / top
     return f"each todo adds {save:.0f} ns to a save and {restore:.0f} ns to a restore"
 
 
@@ -204,14 +222,13 @@ def private_ops() -> dict[tuple[Any, ...], Op]:
     ops: dict[tuple[Any, ...], Op] = {}
     state = make_state(0, True)
     for name, (cls, value) in PRIVATE.items():
-        ops[name, "store"] = lambda n=name, v=value: store_private(state, n, v)
-        ops[name, "load"] = lambda n=name, c=cls: load_private(state, n, c)
-        raw = state.private[name]
-        ops[name, "json"] = lambda r=raw: json.loads(encode(r))
+        ops[name, "store"] = functools.partial(store_private, state, name, value)
+        ops[name, "load"] = functools.partial(load_private, state, name, cls)
+        ops[name, "json"] = functools.partial(round_trip, state.private[name])
     return ops
 
 
-def private_table(rounds: Sequence[Repeat]) -> list[str]:
+def private_table(best: Mapping[tuple[Any, ...], float]) -> list[str]:
     lines = [
         "| middleware | JSON bytes | store_private µs | load_private µs "
         "| JSON round trip µs | load_private / round trip |",
@@ -219,16 +236,17 @@ def private_table(rounds: Sequence[Repeat]) -> list[str]:
     ]
     state = make_state(0, True)
     for name in PRIVATE:
-        store, load, trip = (best(rounds, (name, op)) / 1000 for op in ("store", "load", "json"))
-        ratio = median_ratio(rounds, lambda r, n=name: r[n, "load"] / r[n, "json"])
+        store, load, trip = (best[name, op] / 1000 for op in ("store", "load", "json"))
         size = len(encode(state.private[name]).encode())
-        lines.append(f"| {name} | {size} | {store:.1f} | {load:.1f} | {trip:.1f} | {ratio:.2f}x |")
+        lines.append(
+            f"| {name} | {size} | {store:.1f} | {load:.1f} | {trip:.1f} | {load / trip:.2f}x |"
+        )
     return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.state", description=__doc__)
-    parser.add_argument("--repeats", type=int, default=30, help="rounds (min / median taken)")
+    parser.add_argument("--repeats", type=int, default=30, help="rounds (min taken)")
     parser.add_argument("--sample-ms", type=float, default=5, help="ms per sample")
     parser.add_argument("--quick", action="store_true", help="a smoke run with small counts")
     args = parser.parse_args(argv)
@@ -236,16 +254,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.repeats, args.sample_ms = 2, 1
     print(f"# State size ({header()})")
     ops, sizes = size_ops()
-    rounds = measure(ops, sample_ms=args.sample_ms, repeats=args.repeats, seed=1)
+    best = measure(ops, sample_ms=args.sample_ms, repeats=args.repeats, seed=1)
     print(
         f"\n## save and restore, µs per op; {args.repeats} rounds of {args.sample_ms:g} ms "
-        "samples (µs: min; ratios: median of in-round ratios)\n"
+        "samples (min per op)\n"
     )
-    print("\n".join(size_table(rounds, sizes)))
-    print(f"\n{per_todo(rounds)}")
-    rounds = measure(private_ops(), sample_ms=args.sample_ms, repeats=args.repeats, seed=2)
-    print("\n## private state accessors, µs per op\n")
-    print("\n".join(private_table(rounds)))
+    print("\n".join(size_table(best, sizes)))
+    print(f"\n{per_todo(best)}")
+    best = measure(private_ops(), sample_ms=args.sample_ms, repeats=args.repeats, seed=2)
+    print("\n## private state accessors, µs per op (min per op)\n")
+    print("\n".join(private_table(best)))
 
 
 if __name__ == "__main__":

@@ -148,6 +148,21 @@ def test_first_difference_names_the_attribute() -> None:
     assert difference.startswith("GorillaFileSystem.root: ")
 
 
+def test_api_calls_do_not_keep_the_callers_arguments() -> None:
+    """TwitterAPI.post_tweet keeps the mentions list it is given and mention() extends it; the
+    caller's list (for a hango tool, the tool_use input in history) must not change."""
+    from bench.bfcl.env import ApiEnv
+
+    (task,) = _tasks("multi_turn_base", [0])
+    env = ApiEnv.from_task(task)
+    arguments = {"content": "hi", "mentions": ["@a"]}
+    env.call("authenticate_twitter", {"username": "analyst_pro", "password": "Kj8#mP9$vL2"})
+    posted = env.call("post_tweet", arguments)
+    env.call("mention", {"tweet_id": posted.value["id"], "mentioned_usernames": ["@b"]})
+    assert arguments == {"content": "hi", "mentions": ["@a"]}
+    assert env.instances["TwitterAPI"].tweets[posted.value["id"]]["mentions"] == ["@a", "@b"]
+
+
 def test_every_doc_maps_to_a_valid_json_schema() -> None:
     from bench.bfcl.data import backend_config, function_docs
     from bench.bfcl.schema import tool_spec

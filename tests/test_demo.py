@@ -49,17 +49,20 @@ def show(env: dict[str, str], run_id: str) -> dict[str, Any]:
     return doc
 
 
-def readme_first_command() -> list[str]:
-    text = (DEMO / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"```sh\n(.+?)\n", text)
-    assert match, "the demo README starts with a ```sh block"
+def first_command(readme: Path) -> list[str]:
+    match = re.search(r"```sh\n(.+?)\n", readme.read_text(encoding="utf-8"))
+    assert match, f"{readme} has a ```sh block"
     return shlex.split(match.group(1))
+
+
+def test_the_readmes_start_with_the_same_demo_command() -> None:
+    assert first_command(ROOT / "README.md") == first_command(DEMO / "README.md")
 
 
 def test_readme_first_command_shows_plan_blocked_repeat_and_refused_tool(
     env: dict[str, str],
 ) -> None:
-    command = readme_first_command()
+    command = first_command(DEMO / "README.md")
     assert command[:3] == ["uv", "run", "hango"]
     controller = (DEMO / "files" / "controller.py").read_bytes()
     done = subprocess.run(

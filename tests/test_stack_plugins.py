@@ -87,7 +87,7 @@ def test_registration_order_never_changes_the_chain(order: tuple[str, ...]) -> N
     pm = make_plugin_manager(env={}, load_entrypoints=False)
     for name in order:
         pm.register(PLUGINS[name], name=name)
-    config = StackConfig(tool_allowlist=frozenset({"read_file"}))
+    config = StackConfig(tool_allowlist=frozenset({"read_file", "write_todos"}))
     assert [m.name for m in default_stack(config, pm)] == STACK
 
 
@@ -112,6 +112,26 @@ def test_hango_plugins_lists_the_four_in_slot_order() -> None:
     assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["plugins"], ["run", "--agent", str(DEMO / "agent.toml"), "What are the open risks?"]],
+)
+def test_an_invalid_plugin_setting_is_a_startup_error_naming_it(
+    command: list[str], tmp_path: Path
+) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}",
+        "HANGO_REPEAT_CALL_THRESHOLD": "1",
+    }
+    done = subprocess.run(
+        [HANGO, *command], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: HANGO_REPEAT_CALL_THRESHOLD must be at least 2, got 1"
+    assert done.stdout == ""
+
+
 # -- the tools the provider sees -------------------------------------------------------------
 
 
@@ -122,7 +142,7 @@ def test_hango_plugins_lists_the_four_in_slot_order() -> None:
         # The demo agent's own allowlist: its registry view, then write_todos from hango-todo.
         ("demo", ["list_files", "read_file", "search", "write_todos"]),
         (None, ["list_files", "read_file", "search", "edit_file", "wait_for_ci", "write_todos"]),
-        # write_todos is gated by the allowlist like any other tool.
+        # An allowlist without write_todos: hango-todo provides nothing for this agent.
         (("search", "list_files"), ["list_files", "search"]),
     ],
 )
@@ -138,6 +158,8 @@ async def test_tools_the_provider_sees_are_in_exact_order(
     assert finished.status is RunStatus.COMPLETED
     (request,) = model.requests
     assert [t.name for t in request.tools] == expected
+    plan_blocks = [b for b in request.system if b.text.startswith("Current plan")]
+    assert len(plan_blocks) == ("write_todos" in expected)
 
 
 # -- a real run with the four plugins ---------------------------------------------------------

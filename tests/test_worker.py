@@ -9,6 +9,7 @@ tools' own, not the harness's.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import signal
 import subprocess
@@ -18,8 +19,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import pytest
-
 from hango import AgentDefinition, Harness, Message, RunStatus
 from hango.store import RunStore, open_store
 from hango.store.base import RunRecord
@@ -144,10 +145,7 @@ class Workers:
                 await anyio.sleep(0.05)
 
     async def exit_code(self, proc: subprocess.Popen[bytes]) -> int:
-        with anyio.fail_after(30):
-            while (code := proc.poll()) is None:
-                await anyio.sleep(0.05)
-        return code
+        return await anyio.to_thread.run_sync(functools.partial(proc.wait, timeout=30))
 
     def stop_all(self) -> None:
         for proc, _ in self.procs:
@@ -184,9 +182,7 @@ def executions(folder: Path) -> collections.Counter[str]:
 async def submit(store: RunStore, tenant: uuid.UUID, agent: Path, n: int = 1) -> list[RunRecord]:
     harness = Harness(store, tenant_id=tenant, settings={})
     definition = AgentDefinition.from_file(agent)
-    return [
-        await harness.start(definition, f"job {i}", status=RunStatus.QUEUED) for i in range(n)
-    ]
+    return [await harness.start(definition, f"job {i}", status=RunStatus.QUEUED) for i in range(n)]
 
 
 async def wait_until(
@@ -194,15 +190,19 @@ async def wait_until(
 ) -> list[RunRecord]:
     with anyio.fail_after(deadline):
         while True:
-            runs = [await store.get_run(tenant, i) for i in ids]
+            # One query per look (the tenant holds only this test's runs).
+            by_id = {r.id: r for r in await store.list_runs(tenant, limit=len(ids) + 1)}
+            runs = [by_id[i] for i in ids]
             if all(r.status in FINISHED for r in runs):
                 return runs
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.2)
 
 
 async def wait_for_line(folder: Path, line: str) -> None:
     with anyio.fail_after(30):
-        while line not in executions(folder):
+        while True:
+            if line in executions(folder):
+                return
             await anyio.sleep(0.05)
 
 
@@ -255,7 +255,7 @@ async def test_a_killed_workers_run_is_reclaimed_and_no_completed_call_runs_twic
     calls = [u.id for m in history for u in m.tool_uses]
     answered = [r.tool_use_id for m in history for r in m.tool_results]
     assert sorted(calls) == sorted(answered) and len(calls) == 4
-    assert "run %s claimed (attempt 2)" % run.id in workers.log(second)
+    assert f"run {run.id} claimed (attempt 2)" in workers.log(second)
 
     second.send_signal(signal.SIGTERM)
     assert await workers.exit_code(second) == 0
@@ -309,7 +309,7 @@ async def test_sigterm_finishes_the_turn_saves_and_hands_the_run_back(
 async def test_two_workers_complete_200_queued_demo_runs_exactly_once(
     store: RunStore, tenant: uuid.UUID, workers: Workers
 ) -> None:
-    procs = [workers.start("--concurrency", "8", "--name", f"w{i}") for i in range(2)]
+    procs = [workers.start("--concurrency", "20", "--name", f"w{i}") for i in range(2)]
     for p in procs:
         await workers.ready(p)
     runs = await submit(store, tenant, DEMO, n=200)

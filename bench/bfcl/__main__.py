@@ -13,7 +13,7 @@ import anyio
 from hango.config import hango_settings
 
 from bench.bfcl.data import BfclMissing, categories, load_tasks
-from bench.bfcl.run import default_db, report, run_tasks
+from bench.bfcl.run import default_db, redact, report, run_tasks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown category {args.category!r}; choose from {', '.join(known)}")
         ids = frozenset(i for i in args.ids.split(",") if i) or None
         tasks = load_tasks(args.category, limit=args.limit, ids=ids)
+        unknown = sorted((ids or frozenset()) - {t.id for t in tasks})
+        if unknown and args.limit is None:
+            parser.error(f"no such tasks in {args.category}: {', '.join(unknown)}")
     except BfclMissing as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -50,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
 
         db = args.db or default_db(args.category, "-resume")
         resumed = anyio.run(run_resume_tasks, tasks, args.category, db, settings, args.kill)
-        print(resume_report(resumed, db, version))
+        print(resume_report(resumed, redact(db), version))
         return 0 if resumed.passed == resumed.tasks else 1
     db = args.db or default_db(args.category)
     stats = anyio.run(run_tasks, tasks, args.category, db, settings)
-    print(report(stats, db, version))
+    print(report(stats, redact(db), version))
     return 0 if stats.passed == stats.tasks else 1
 
 

@@ -98,6 +98,8 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def _turn_text(task_id: str, index: int, messages: list[dict[str, Any]], follow_up: str) -> str:
+    """The user text of one turn; a turn with no message only adds held-out functions and gets
+    the prompt BFCL itself sends then (``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC``)."""
     if not messages:
         return follow_up
     roles = {m["role"] for m in messages}

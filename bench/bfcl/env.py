@@ -101,6 +101,11 @@ class ApiEnv:
         method = self.methods.get(name)
         if method is None:
             return Outcome(None, f"Error during execution: no method named {name!r}", True, 0.0)
+        # Each call gets its own arguments, as BFCL's executor gives it a freshly evaluated
+        # literal: some methods keep what they are given (TwitterAPI.post_tweet stores its
+        # mentions list and mention() later extends it), which would otherwise change the
+        # caller's objects: for a hango tool, the tool_use input in the run's history.
+        arguments = copy.deepcopy(dict(arguments))
         start = time.perf_counter()
         try:
             value = method(**arguments)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import re
 import time
+import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -60,9 +61,10 @@ class Stats:
 
     ``run_seconds`` is the time inside ``Harness.start`` + ``execute``; ``api_seconds`` the part
     of it spent inside API methods; ``window_seconds`` the time from each ``ToolCallStarted``
-    to its ``ToolCallFinished`` event (stack, argument validation, the call, the checkpoint);
-    ``save_seconds`` / ``saves`` the store's ``save_run`` calls; ``direct_seconds`` the time
-    inside the same methods called directly on the reference instances.
+    to its ``ToolCallFinished`` event (stack, argument validation, the call, the checkpoint),
+    ``window_save_seconds`` the checkpoints' share of it; ``save_seconds`` / ``saves`` all the
+    store's ``save_run`` calls; ``direct_seconds`` the time inside the same methods called
+    directly on the reference instances.
     """
 
     category: str
@@ -75,6 +77,8 @@ class Stats:
     run_seconds: float = 0.0
     api_seconds: float = 0.0
     window_seconds: float = 0.0
+    window_save_seconds: float = 0.0
+    in_window: bool = False
     save_seconds: float = 0.0
     saves: int = 0
     direct_seconds: float = 0.0
@@ -109,8 +113,11 @@ class TimedStore:
         try:
             return await self.inner.save_run(*args, **kwargs)
         finally:
-            self.stats.save_seconds += time.perf_counter() - start
+            took = time.perf_counter() - start
+            self.stats.save_seconds += took
             self.stats.saves += 1
+            if self.stats.in_window:
+                self.stats.window_save_seconds += took
 
     @classmethod
     def wrap(cls, inner: RunStore, stats: Stats) -> RunStore:
@@ -129,8 +136,10 @@ class CallTimer:
     async def __call__(self, event: Event) -> None:
         if isinstance(event, ToolCallStarted):
             self.started[event.call.id] = time.perf_counter()
+            self.stats.in_window = True
         elif isinstance(event, ToolCallFinished):
             begun = self.started.pop(event.call.id, None)
+            self.stats.in_window = False
             if begun is not None:
                 self.stats.window_seconds += time.perf_counter() - begun
 
@@ -357,6 +366,15 @@ def bench_settings(
     return settings
 
 
+def redact(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (reports are printed)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def default_db(category: str, suffix: str = "") -> str:
     """A fresh SQLite file for ``category`` under ``DATA_DIR`` (an older one is deleted)."""
     path = DATA_DIR / f"{category}{suffix}.db"
@@ -397,10 +415,16 @@ async def run_tasks(
 
 
 def report(stats: Stats, db: str, version: str) -> str:
-    """The bench's printed summary."""
+    """The bench's printed summary (times per tool call; ratios against the direct call)."""
     calls = max(1, stats.tool_calls)
+    direct = max(stats.direct_per_call, 1e-12)
     window = (stats.window_seconds - stats.api_seconds) / calls
-    ratio = (stats.run_seconds / calls) / max(stats.direct_per_call, 1e-12)
+    checkpoint = stats.window_save_seconds / calls
+    end_to_end = stats.run_seconds / calls
+
+    def row(label: str, seconds: float) -> str:
+        return f"  {label:<48} {seconds * 1e6:>10.1f} us  {seconds / direct:>8,.0f}x"
+
     lines = [
         f"BFCL {stats.category} (bfcl-eval {version}), store {db}",
         f"stack: {', '.join(stats.stack) or '(empty: no plugins installed)'}",
@@ -412,9 +436,12 @@ def report(stats: Stats, db: str, version: str) -> str:
         f"{stats.most_identical_calls})",
         f"harness time per tool call: {stats.harness_per_call * 1e3:.3f} ms "
         f"(run time {stats.run_seconds:.2f} s less API time {stats.api_seconds * 1e3:.1f} ms)",
-        f"  per call, start->finish event, API excluded: {window * 1e3:.3f} ms; store saves: "
-        f"{stats.saves}, {stats.save_seconds / max(1, stats.saves) * 1e3:.3f} ms each",
-        f"direct API call: {stats.direct_per_call * 1e6:.1f} us per call; hango run time per "
-        f"tool call / direct call: {ratio:,.0f}x",
+        f"per tool call{'':<37} {'time':>13}  {'/ direct':>9}",
+        row("API method called directly", direct),
+        row("hango call, start to finish event, API excl.", window),
+        row("  of which the checkpoint (store save)", checkpoint),
+        row("  of which the rest (stack, validation, events)", window - checkpoint),
+        row("hango run time / tool calls (end to end)", end_to_end),
+        f"store saves: {stats.saves}, {stats.save_seconds / max(1, stats.saves) * 1e3:.3f} ms each",
     ]
     return "\n".join(lines)

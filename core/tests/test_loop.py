@@ -399,3 +399,24 @@ async def test_stream_iterator_yields_events_in_order(make: Callable[..., Run]) 
     assert seen[-1].status is RunStatus.COMPLETED
     assert any(isinstance(e, ToolCallStarted) for e in seen)
     assert any(isinstance(e, TurnFinished) for e in seen)
+
+
+async def test_new_prompt_after_a_cancelled_batch_does_not_run_its_calls(
+    make: Callable[..., Run],
+) -> None:
+    turns = [
+        {"tool_calls": [call("echo", text="first"), call("wait", name="w")]},
+        {"text": "next answer"},
+    ]
+    run = make(turns)
+    record = await run.harness.start(run.agent, "go")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run.harness.execute, record.id)
+            await gate["entered"].wait()
+            scope.cancel()
+    calls.clear()
+    finished = await run("a new question", session_id=record.session_id)
+    assert finished.status is RunStatus.COMPLETED
+    assert calls == [], "the cancelled run's unfinished call belongs to that run"
+    assert run.model.requests[-1].messages[-1].text == "a new question"

@@ -108,8 +108,9 @@ async def test_release_puts_an_unfinished_run_back_and_leaves_a_finished_one(
     kept = await store.get_run(tenant, finished.id)
     assert (back.status, back.lease_owner, back.lease_expires_at) == (RunStatus.QUEUED, None, None)
     assert (kept.status, kept.lease_owner) == (RunStatus.COMPLETED, None)
+    assert (back.attempts, kept.attempts) == (0, 1)  # a hand-back is not a failed attempt
     again = await store.claim_run(tenant, "w2", lease_seconds=30)
-    assert again is not None and (again.run_id, again.attempt) == (unfinished.id, 2)
+    assert again is not None and (again.run_id, again.attempt) == (unfinished.id, 1)
 
 
 async def test_a_worker_killed_after_saving_cancelled_does_not_strand_its_run(

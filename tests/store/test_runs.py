@@ -427,3 +427,92 @@ async def test_a_run_its_workers_keep_dying_on_is_failed_after_max_attempts(
     assert done.status is RunStatus.FAILED
     assert done.error is not None and done.error.startswith("abandoned after 2 attempts")
     assert done.attempts == 3
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_the_worker_runs_on_trio_with_sqlite(store: RunStore, tenant: uuid.UUID) -> None:
+    harness = Harness(
+        store,
+        tenant_id=tenant,
+        model=two_step_model(),
+        stack=lambda _: [],
+        tools=ToolRegistry([_echo_work]),
+        settings={},
+    )
+    runs = [await harness.start(AGENT, f"job {i}", status=RunStatus.QUEUED) for i in range(3)]
+    worker = Worker(harness, concurrency=2, lease_seconds=5)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        done = await wait_finished(store, tenant, [r.id for r in runs])
+        worker.stop()
+    assert [r.status for r in done] == [RunStatus.COMPLETED] * 3
+    history = await store.load_messages(tenant, runs[0].session_id)
+    assert [r.content for m in history for r in m.tool_results] == ["one done", "two done"]
+
+
+@tool(name="work")
+async def _echo_work(label: str) -> str:
+    """Do one unit of work.
+
+    Args:
+        label: which one.
+    """
+    return f"{label} done"
+
+
+class HangingRenewals:
+    """The real store, except that lease renewals never answer (a database that went away
+    without closing the connection)."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def renew_lease(self, lease: Any) -> Any:
+        await anyio.sleep_forever()
+
+
+async def test_a_worker_that_cannot_renew_stops_the_run_before_its_lease_expires(
+    store: RunStore,
+    tenant: uuid.UUID,
+    start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started = anyio.Event()
+
+    @tool(name="work")
+    async def wait_forever(label: str) -> str:
+        """Wait for something that never happens.
+
+        Args:
+            label: what for.
+        """
+        started.set()
+        await anyio.sleep_forever()
+        return "unreachable"
+
+    harness = Harness(
+        HangingRenewals(store),  # type: ignore[arg-type]
+        tenant_id=tenant,
+        model=two_step_model(),
+        stack=lambda _: [],
+        tools=ToolRegistry([wait_forever]),
+        settings={},
+    )
+    run = await harness.start(AGENT, "go", status=RunStatus.QUEUED)
+    worker = await start_worker(Worker(harness, lease_seconds=0.9))
+    with anyio.fail_after(10):
+        await started.wait()
+        while True:
+            if (await store.get_run(tenant, run.id)).status is RunStatus.QUEUED:
+                break
+            await anyio.sleep(0.05)
+    back = await store.get_run(tenant, run.id)
+    # Stopped by the worker itself (saved as cancelled, then handed back), with no other
+    # worker involved: the tool waited forever and no stop was requested.
+    assert (back.lease_owner, back.attempts, back.error) == (None, 0, None)
+    assert "could not renew the lease before it expires (no answer in time)" in caplog.text
+    assert not worker.finished.is_set()  # the worker itself carries on

@@ -15,6 +15,7 @@ from hango import (
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    ScriptedModel,
     ToolCallRequest,
     ToolHandler,
     ToolResult,
@@ -80,7 +81,8 @@ TOOL_TURNS = [{"tool_calls": [{"name": "lookup", "input": {"key": "k"}}]}, {"tex
 
 
 async def test_a_rewriting_wrapper_records_request_rewritten(tmp_path: Path, otel: Any) -> None:
-    async with agent_harness(tmp_path, turns=[{"text": "hi"}], stack=[CapTokens()]) as h:
+    model = ScriptedModel.from_turns([{"text": "hi"}], source="t")
+    async with agent_harness(tmp_path, model=model, stack=[CapTokens()]) as h:
         await h.run(h.agent, "go")
 
     [(span, event)] = otel.events(telemetry.REQUEST_REWRITTEN)
@@ -90,11 +92,12 @@ async def test_a_rewriting_wrapper_records_request_rewritten(tmp_path: Path, ote
         telemetry.REASON: "max_tokens capped",
     }
     # The chat span describes the request that was sent: the rewritten one.
-    assert otel.one("chat scripted:inline").attributes["gen_ai.request.max_tokens"] == 256
+    assert otel.one("chat scripted:t").attributes["gen_ai.request.max_tokens"] == 256
 
 
 async def test_a_retrying_wrapper_records_retried(tmp_path: Path, otel: Any) -> None:
-    async with agent_harness(tmp_path, turns=[{"text": "hi"}], stack=[RetryOnce()]) as h:
+    model = ScriptedModel.from_turns([{"text": "hi"}], source="t")
+    async with agent_harness(tmp_path, model=model, stack=[RetryOnce()]) as h:
         await h.run(h.agent, "go")
 
     turn = otel.one("turn")
@@ -105,7 +108,7 @@ async def test_a_retrying_wrapper_records_retried(tmp_path: Path, otel: Any) -> 
         telemetry.REASON: "answer rejected",
     }
     # Both attempts are visible as model calls of the one turn.
-    assert [s.name for s in otel.children(turn)] == ["chat scripted:inline"] * 2
+    assert [s.name for s in otel.children(turn)] == ["chat scripted:t"] * 2
 
 
 async def test_a_short_circuiting_wrapper_records_and_counts(tmp_path: Path, otel: Any) -> None:

@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import ProxyTracer
+from opentelemetry.trace import StatusCode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,12 +90,60 @@ def span_names(bodies: list[bytes]) -> list[str]:
     return names
 
 
-def test_hango_looks_its_tracer_up_through_the_api_proxy(otel: Any) -> None:
-    # hango.telemetry was imported before conftest installed the SDK; the proxy delegates.
-    assert isinstance(telemetry.tracer, ProxyTracer)
+LATE_SDK = """
+from hango import telemetry
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+with telemetry.tracer.start_as_current_span("before") as span:
+    assert span is trace.INVALID_SPAN and not span.is_recording()
+    telemetry.record(telemetry.RETRIED, middleware="m")  # nowhere to go, and no error
+
+exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+with telemetry.tracer.start_as_current_span("after") as span:
+    assert span.is_recording()
+    telemetry.record(telemetry.SHORT_CIRCUITED, middleware="m")
+assert [s.name for s in exporter.get_finished_spans()] == ["after"]
+names = [m.name for rm in reader.get_metrics_data().resource_metrics
+         for sm in rm.scope_metrics for m in sm.metrics]
+assert names == ["hango.middleware.tool_short_circuits"], names
+print("ok")
+"""
+
+
+def test_an_sdk_installed_after_import_receives_hangos_spans_and_metrics() -> None:
+    # hango.telemetry makes its tracer and instruments at import; a program installs its SDK
+    # later. A fresh process, because this one's providers are set already (conftest).
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_SDK], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
+def test_hangos_tracer_reaches_the_session_provider(otel: Any) -> None:
     with telemetry.tracer.start_as_current_span("probe") as span:
         assert span.is_recording()
     assert otel.one("probe")
+
+
+def test_an_exception_marks_the_span_without_its_message(otel: Any) -> None:
+    with pytest.raises(ValueError), telemetry.tracer.start_as_current_span("turn"):
+        raise ValueError("the user's secret plan")
+    span = otel.one("turn")
+    assert span.attributes["error.type"] == "ValueError"
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "ValueError"
+    assert span.events == ()  # no exception event: its message could quote user data
 
 
 def test_nothing_asked_for_nothing_built() -> None:

@@ -17,6 +17,7 @@ from hango import (
     ModelError,
     Request,
     RunStatus,
+    ScriptedModel,
     State,
     Todo,
     ToolContext,
@@ -64,7 +65,8 @@ async def test_a_run_has_the_genai_spans_and_metrics(tmp_path: Path, otel: Any) 
         },
         {"text": "done", "usage": {"input_tokens": 7, "output_tokens": 3}},
     ]
-    async with agent_harness(tmp_path, turns=turns, tools=[echo, broken]) as h:
+    model = ScriptedModel.from_turns(turns, source="t")  # requests carry the model's name
+    async with agent_harness(tmp_path, model=model, tools=[echo, broken]) as h:
         run = await h.start(h.agent, "go")
         finished = await h.execute(run.id)
     assert finished.status is RunStatus.COMPLETED
@@ -86,7 +88,7 @@ async def test_a_run_has_the_genai_spans_and_metrics(tmp_path: Path, otel: Any) 
     assert [s.attributes["hango.turn"] for s in turn_spans] == [1, 2]
     assert all(s.parent.span_id == root.context.span_id for s in turn_spans)
 
-    chats = otel.named("chat scripted:inline")
+    chats = otel.named("chat scripted:t")
     assert [otel.children(t) for t in turn_spans][1] == [chats[1]]
     first, second = chats
     assert first.kind is SpanKind.CLIENT
@@ -94,7 +96,7 @@ async def test_a_run_has_the_genai_spans_and_metrics(tmp_path: Path, otel: Any) 
     assert dict(first.attributes or {}) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "hango.scripted",
-        "gen_ai.request.model": "scripted:inline",
+        "gen_ai.request.model": "scripted:t",
         "gen_ai.request.max_tokens": 4096,
         "gen_ai.response.finish_reasons": ("tool_use",),
         # The GenAI conventions count cached tokens in input_tokens (hango's Usage does not).
@@ -119,7 +121,7 @@ async def test_a_run_has_the_genai_spans_and_metrics(tmp_path: Path, otel: Any) 
     call = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "hango.scripted",
-        "gen_ai.request.model": "scripted:inline",
+        "gen_ai.request.model": "scripted:t",
     }
     assert otel.total("gen_ai.client.operation.duration", call) == 2
     tokens: dict[str, list[Any]] = {}
@@ -145,6 +147,7 @@ async def test_a_failed_model_call_marks_chat_and_invoke_agent(tmp_path: Path, o
         finished = await h.run(h.agent, "go")
     assert finished.status is RunStatus.FAILED
 
+    # A model without a ``name`` is asked for by the agent's own model spec.
     chat = otel.one("chat scripted:inline")
     assert chat.attributes["gen_ai.provider.name"] == "test.provider"
     assert chat.attributes["error.type"] == "ModelError"

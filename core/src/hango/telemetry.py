@@ -5,11 +5,12 @@ Span names and ``gen_ai.*`` attributes follow the OpenTelemetry GenAI semantic c
 ``agent.*`` / ``middleware.*`` events come from the middleware-chain spec. Every event and
 metric is described in ``docs/telemetry.md``.
 
-``tracer`` and ``meter`` are looked up at import. Before an SDK is installed the API hands out
-proxies, which delegate to the SDK's tracer and instruments once ``trace.set_tracer_provider``
-/ ``metrics.set_meter_provider`` run, so importing hango first and configuring later works.
-Without an SDK every call here reaches the API's no-op implementation and costs a few
-attribute lookups (measured in ``bench/telemetry.py``).
+``tracer`` and ``meter`` exist from import, and an SDK may be installed later
+(``trace.set_tracer_provider`` / ``metrics.set_meter_provider``): ``tracer`` looks the provider
+up until one is installed, and the meter and its instruments are the API's proxies, which
+delegate once a MeterProvider is set. Without an SDK a span costs a provider check and a shared
+``nullcontext``, and an instrument call reaches a proxy that does nothing (measured in
+``bench/telemetry.py``).
 
 Nothing here ever receives user data: middlewares pass their name and a fixed reason, the
 loop passes todo *statuses* only (never the content, which can be user data), and no message
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 from opentelemetry import metrics, trace
@@ -31,7 +34,91 @@ if TYPE_CHECKING:
     from hango.provider.messages import Request
     from hango.provider.model import ModelResponse
 
-tracer: Final = trace.get_tracer("hango")
+_NO_SPAN: Final = contextlib.nullcontext(trace.INVALID_SPAN)
+
+if hasattr(trace, "_TRACER_PROVIDER"):
+
+    def _provider_installed() -> bool:
+        # The global the API's own ProxyTracer reads. ``trace.get_tracer_provider()`` asks the
+        # same question but looks an environment variable up on every call, which measured as
+        # most of a no-SDK span's cost (bench/telemetry.py).
+        return trace._TRACER_PROVIDER is not None
+
+else:  # pragma: no cover - an API without that global: the public, slower question
+
+    def _provider_installed() -> bool:
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+class HangoTracer:
+    """hango's tracer: the global provider's tracer "hango" once a provider is installed.
+
+    Until then ``start_as_current_span`` returns one shared ``nullcontext`` holding the API's
+    invalid (non-recording) span: with no provider nothing can record, and the API's no-op path
+    (three nested generator context managers and a context attach per span) made a no-SDK run
+    measurably slower (``bench/telemetry.py``).
+
+    An exception leaving a span marks it failed with ``error.type`` (see ``mark_error``) instead
+    of the SDK's exception event: that event carries the message, which can quote user data.
+    """
+
+    __slots__ = ("_real",)
+
+    def __init__(self) -> None:
+        self._real: trace.Tracer | None = None
+        # Loads a provider named by OTEL_PYTHON_TRACER_PROVIDER, as the API does on first use.
+        trace.get_tracer_provider()
+
+    def start_as_current_span(
+        self,
+        name: str,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> AbstractContextManager[Span]:
+        """The span ``name`` as the current span for the ``with`` block (see
+        ``opentelemetry.trace.Tracer.start_as_current_span``)."""
+        real = self._real
+        if real is None:
+            if not _provider_installed():
+                return _NO_SPAN
+            real = self._real = trace.get_tracer("hango")
+        return _SpanScope(
+            real.start_as_current_span(
+                name,
+                kind=kind,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+        )
+
+
+class _SpanScope:
+    """The SDK's ``start_as_current_span`` context, marking the span failed on an exception."""
+
+    __slots__ = ("_scope", "_span")
+
+    def __init__(self, scope: AbstractContextManager[Span]) -> None:
+        self._scope = scope
+        self._span: Span = trace.INVALID_SPAN
+
+    def __enter__(self) -> Span:
+        self._span = self._scope.__enter__()
+        return self._span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if exc is not None:
+            mark_error(self._span, exc)
+        return self._scope.__exit__(exc_type, exc, tb)
+
+
+tracer: Final = HangoTracer()
 meter: Final = metrics.get_meter("hango")
 
 # -- attribute names ---------------------------------------------------------------------
@@ -202,9 +289,9 @@ def record_todos(statuses: Iterable[str]) -> None:
 
 
 def mark_error(span: Span, exc: BaseException) -> None:
-    """Mark ``span`` failed: status ERROR and ``error.type`` = the exception's class name.
+    """Mark ``span`` failed: status ERROR and ``error.type``, both the exception's class name.
 
-    The message is left out on purpose: it can quote user data; the run record keeps it.
+    The message is left out on purpose: it can quote user data (the run record keeps it).
     """
     if span.is_recording():
         error = type(exc).__qualname__
@@ -224,13 +311,49 @@ def provider_name(model: object) -> str:
 
 
 class ChatCall:
-    """The ``chat`` span of one model call; ``finished`` records the response on it."""
+    """The CLIENT span ``chat {model}`` of one model call and its metrics; a context manager.
 
-    __slots__ = ("attributes", "span")
+    On exit ``gen_ai.client.operation.duration`` is recorded, with ``error.type`` (the
+    exception's class name, as on the span) when the call raised. ``finished`` records the
+    response.
+    """
 
-    def __init__(self, span: Span, attributes: dict[str, AttributeValue]) -> None:
-        self.span = span
-        self.attributes = attributes
+    __slots__ = ("_attributes", "_max_tokens", "_span_cm", "_start", "span")
+
+    def __init__(self, request: Request, provider: str) -> None:
+        self._attributes: dict[str, AttributeValue] = {
+            OPERATION_NAME: "chat",
+            PROVIDER_NAME: provider,
+            REQUEST_MODEL: request.model,
+        }
+        self._span_cm = tracer.start_as_current_span(
+            f"chat {request.model}", kind=SpanKind.CLIENT, attributes=self._attributes
+        )
+        self._max_tokens = request.max_tokens
+        self._start = 0.0
+        self.span: Span = trace.INVALID_SPAN
+
+    def __enter__(self) -> ChatCall:
+        self.span = span = self._span_cm.__enter__()
+        if span.is_recording():
+            span.set_attribute(REQUEST_MAX_TOKENS, self._max_tokens)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        elapsed = time.perf_counter() - self._start
+        if exc is None:
+            operation_duration.record(elapsed, self._attributes)
+        else:
+            operation_duration.record(
+                elapsed, {**self._attributes, ERROR_TYPE: type(exc).__qualname__}
+            )
+        return self._span_cm.__exit__(exc_type, exc, tb)
 
     def finished(self, response: ModelResponse) -> None:
         """Set finish reason and token usage on the span and record ``gen_ai.client.token.usage``.
@@ -252,34 +375,10 @@ class ChatCall:
                     CACHE_CREATION_TOKENS: usage.cache_creation_input_tokens,
                 }
             )
-        token_usage.record(input_tokens, {**self.attributes, TOKEN_TYPE: "input"})
-        token_usage.record(usage.output_tokens, {**self.attributes, TOKEN_TYPE: "output"})
+        token_usage.record(input_tokens, {**self._attributes, TOKEN_TYPE: "input"})
+        token_usage.record(usage.output_tokens, {**self._attributes, TOKEN_TYPE: "output"})
 
 
-@contextlib.contextmanager
-def chat_span(request: Request, provider: str) -> Iterator[ChatCall]:
-    """The CLIENT span ``chat {model}`` around one model call, and its duration metric.
-
-    ``gen_ai.client.operation.duration`` is recorded on exit, with ``error.type`` (the
-    exception's class name, also set on the span) when the call raised.
-    """
-    attributes: dict[str, AttributeValue] = {
-        OPERATION_NAME: "chat",
-        PROVIDER_NAME: provider,
-        REQUEST_MODEL: request.model,
-    }
-    start = time.perf_counter()
-    with tracer.start_as_current_span(
-        f"chat {request.model}",
-        kind=SpanKind.CLIENT,
-        attributes={**attributes, REQUEST_MAX_TOKENS: request.max_tokens},
-    ) as span:
-        try:
-            yield ChatCall(span, attributes)
-        except BaseException as exc:
-            mark_error(span, exc)
-            operation_duration.record(
-                time.perf_counter() - start, {**attributes, ERROR_TYPE: type(exc).__qualname__}
-            )
-            raise
-        operation_duration.record(time.perf_counter() - start, attributes)
+def chat_span(request: Request, provider: str) -> ChatCall:
+    """The ``chat`` span and metrics of one model call: ``with chat_span(req, name) as call:``."""
+    return ChatCall(request, provider)

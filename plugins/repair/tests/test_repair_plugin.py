@@ -353,3 +353,31 @@ async def test_the_repaired_history_is_saved_before_the_first_model_call(tmp_pat
     assert finished.status is RunStatus.FAILED
     assert problems(stored) == []
     assert stored[2].tool_results[1].content == INTERRUPTED
+
+
+@pytest.mark.anyio
+async def test_a_new_run_after_a_cancelled_batch_starts_from_a_valid_history(
+    tmp_path: Path,
+) -> None:
+    """The next message in the session lands after the half-answered batch; the repair
+    answers the batch before that message, and the old calls are not run by the new run."""
+    log.clear()
+    stack = [RepairToolCallsMiddleware(), Tools()]
+    async with agent_harness(tmp_path, turns=TURNS, stack=stack) as h:
+        first = await cancel_in_slow(h)
+        session = (await h.store.get_run(h.tenant_id, first)).session_id
+        model = RecordingModel([{"text": "unused"}, {"text": "Here is the next answer."}])
+        h.model = model
+        second = await h.start(h.agent, "next question", session_id=session)
+        finished = await h.execute(second.id)
+    assert finished.status is RunStatus.COMPLETED
+    (request,) = model.requests
+    assert problems(request.messages) == []
+    assert [m.role for m in request.messages] == ["user", "assistant", "user", "user"]
+    assert [r.content for r in request.messages[2].tool_results] == [
+        "fast 1 done",
+        INTERRUPTED,
+        INTERRUPTED,
+    ]
+    assert request.messages[3].text == "next question"
+    assert log == ["fast 1", "slow started"]

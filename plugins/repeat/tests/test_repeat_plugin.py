@@ -105,17 +105,19 @@ def test_invalid_threshold_fails_building_the_stack_naming_the_variable(raw: str
 
 
 @pytest.mark.anyio
-async def test_invalid_threshold_fails_the_run_naming_the_variable(tmp_path: Path) -> None:
+async def test_invalid_threshold_fails_at_startup_before_a_run_is_recorded(
+    tmp_path: Path,
+) -> None:
     """Through the Harness, which builds the stack from the installed plugins."""
-    async with agent_harness(tmp_path, turns=[{"text": "hi"}]) as h:
+    async with agent_harness(tmp_path) as h:
         harness = Harness(
             h.store,
             model=ScriptedModel.from_turns([{"text": "hi"}]),
             settings={"HANGO_REPEAT_CALL_THRESHOLD": "often"},
         )
-        finished = await harness.run(h.agent, "hello")
-    assert finished.status is RunStatus.FAILED
-    assert finished.error is not None and "HANGO_REPEAT_CALL_THRESHOLD" in finished.error
+        with pytest.raises(ConfigError, match="HANGO_REPEAT_CALL_THRESHOLD must be an integer"):
+            await harness.run(h.agent, "hello")
+        assert await h.store.list_runs(h.tenant_id) == []
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -203,6 +205,25 @@ async def test_counts_are_private_state_and_survive_the_state_document() -> None
     resumed = load_state(dump_state(state))
     assert (await call(mw, resumed, "f", {"x": 1}, run)).is_error
     assert len(run.calls) == 2
+
+
+class Interrupted(BaseException):
+    """Stands for the cancellation that is the only thing the innermost handler lets through."""
+
+
+@pytest.mark.anyio
+async def test_a_call_cut_short_is_not_counted() -> None:
+    mw, state, run = RepeatCallMiddleware(2), new_state(), Executions()
+
+    async def cut_short(req: ToolCallRequest) -> ToolResult:
+        raise Interrupted
+
+    req = ToolCallRequest(ToolUseBlock("x", "wait", {}), None, state)
+    with pytest.raises(Interrupted):
+        await mw.wrap_tool_call(req, cut_short)
+    # Called again after a resume: it runs.
+    assert not (await call(mw, state, "wait", {}, run)).is_error
+    assert (await call(mw, state, "wait", {}, run)).is_error
 
 
 @pytest.mark.anyio

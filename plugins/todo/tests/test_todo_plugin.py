@@ -29,7 +29,6 @@ from hango import (
     dump_state,
     load_state,
     make_plugin_manager,
-    telemetry,
 )
 from hango.agent.stack import discover
 from hango.provider.events import StreamEvent
@@ -99,6 +98,13 @@ def test_removing_the_plugin_removes_only_its_slot() -> None:
     without = [m.name for m in default_stack(StackConfig(), pm)]
     assert "todo" in every
     assert without == [n for n in every if n != "todo"]
+
+
+def test_no_middleware_when_the_allowlist_leaves_write_todos_out() -> None:
+    assert hango_todo.hango_middleware(config=StackConfig(frozenset({"read_file"}))) is None
+    allowed = StackConfig(frozenset({"read_file", "write_todos"}))
+    assert isinstance(hango_todo.hango_middleware(config=allowed), TodoMiddleware)
+    assert isinstance(hango_todo.hango_middleware(config=StackConfig()), TodoMiddleware)
 
 
 # -- write_todos -----------------------------------------------------------------------------
@@ -229,21 +235,15 @@ def test_description_carries_the_policy() -> None:
 
 
 @pytest.mark.anyio
-async def test_todos_updated_event_carries_counts_never_content(
+async def test_the_tool_leaves_agent_todos_updated_to_the_loop(
     recording_span: Callable[[], AbstractContextManager[Span]], exporter: InMemorySpanExporter
 ) -> None:
+    """The loop records agent.todos_updated (counts only) whenever State.todos is replaced;
+    the tool recording it too would count each update twice."""
     with recording_span():
         await write(new_state(), PLAN)
     (span,) = exporter.get_finished_spans()
-    (event,) = [e for e in span.events if e.name == telemetry.TODOS_UPDATED]
-    assert dict(event.attributes or {}) == {
-        telemetry.MIDDLEWARE_NAME: "todo",
-        "hango.todos.pending": 1,
-        "hango.todos.in_progress": 1,
-        "hango.todos.completed": 1,
-        "langfuse.observation.metadata.todos_total": 3,
-        "langfuse.observation.metadata.todos_completed": 1,
-    }
+    assert [e.name for e in span.events] == []
 
 
 # -- the plan block --------------------------------------------------------------------------

@@ -88,15 +88,30 @@ class _Validators:
 
 
 def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
-    """Calls of the last assistant message that have no result yet (its batch is unfinished)."""
+    """Calls of the last assistant message that have no result yet: its batch is unfinished.
+
+    Only while nothing but tool results follows it: once the user has written again, those
+    calls are dangling history (the repair plugin's business), not a batch to finish.
+    """
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].role == "assistant":
             uses = messages[i].tool_uses
-            if not uses:
+            later = messages[i + 1 :]
+            if not uses or any(len(m.tool_results) != len(m.content) for m in later):
                 return ()
-            answered = {r.tool_use_id for m in messages[i + 1 :] for r in m.tool_results}
+            answered = {r.tool_use_id for m in later for r in m.tool_results}
             return tuple(u for u in uses if u.id not in answered)
     return ()
+
+
+def turns_taken(messages: list[Message]) -> int:
+    """Model calls this run has made: assistant messages after the last user message that is
+    not only tool results (the run's own prompt), so it survives history edits before it."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "user" and len(m.tool_results) != len(m.content):
+            return sum(1 for later in messages[i + 1 :] if later.role == "assistant")
+    return sum(1 for m in messages if m.role == "assistant")
 
 
 async def run_loop(
@@ -108,13 +123,12 @@ async def run_loop(
     settings: LoopSettings,
     emit: Emit,
     checkpoint: Checkpoint,
-    start_index: int = 0,
     stop: anyio.Event | None = None,
 ) -> LoopOutcome:
     """Run ``state`` to the end of the agent's turn.
 
-    ``start_index`` is the index in ``state.messages`` of this run's user message (turns are
-    counted from there, so a resumed run keeps its ``max_turns`` budget). ``stop``, once set,
+    Turns are counted from the run's own prompt in the history (``turns_taken``), so a resumed
+    run keeps its ``max_turns`` budget. ``stop``, once set,
     ends the loop at the next turn boundary (after a tool batch, all its results saved) with
     status ``queued``: the run is whole and another process can continue it (a worker's
     SIGTERM). Returns the outcome;
@@ -190,7 +204,7 @@ async def run_loop(
             return None
         return LoopOutcome(RunStatus.QUEUED, stop_reason, None, usage, turns)
 
-    turns = sum(1 for m in state.messages[start_index:] if m.role == "assistant")
+    turns = turns_taken(state.messages)
     unfinished = pending_calls(state.messages)
     if unfinished:
         await run_batch(unfinished, tools_now())

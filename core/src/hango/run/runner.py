@@ -207,7 +207,6 @@ class Harness:
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
-                    start_index=run.message_start,
                     stop=stop,
                 )
             except anyio.get_cancelled_exc_class():

@@ -41,8 +41,8 @@ class Worker:
     """Executes the queued runs of ``harness``'s tenant, ``concurrency`` at a time.
 
     ``lease_seconds`` is how long a claim lasts unless renewed (renewed every third of it);
-    a run reclaimed more than ``max_attempts`` times in a row without being released (its
-    workers keep dying on it) is failed instead of being tried again. Raises ``ValueError``
+    a run claimed more than ``max_attempts`` times with no release in between (its workers
+    keep dying on it) is failed instead of being tried again. Raises ``ValueError``
     for a setting below its minimum.
     """
 
@@ -179,28 +179,34 @@ class Worker:
             log.info("run %s %s", lease.run_id, finished.status.value)
 
     async def _keep_lease(self, lease: Lease, scope: anyio.CancelScope) -> None:
-        """Renew every third of the lease; cancel the run (``scope``) once the lease is lost or
-        could not be renewed before it expired (another worker may have the run by then)."""
+        """Renew every third of the lease; cancel the run (``scope``) once the lease is lost, or
+        when renewals failed or hung so long that the next one would start after the lease
+        expired (another worker may take the run from then on)."""
+        every = lease.seconds / 3
         deadline = anyio.current_time() + lease.seconds
         while True:
-            await anyio.sleep(lease.seconds / 3)
+            await anyio.sleep(every)
             attempted = anyio.current_time()
-            try:
-                lease = await self.store.renew_lease(lease)
-            except LeaseLost:
-                log.warning("run %s: lease lost to another worker; stopping it", lease.run_id)
-                break
-            except Exception as exc:
-                if anyio.current_time() + lease.seconds / 3 >= deadline:
-                    log.error(
-                        "run %s: lease expiring, renewal failed (%s); stopping it",
-                        lease.run_id,
-                        exc,
-                    )
+            problem = "no answer in time"
+            with anyio.move_on_after(every):  # a hung connection counts as a failed renewal
+                try:
+                    lease = await self.store.renew_lease(lease)
+                except LeaseLost:
+                    log.warning("run %s: lease lost to another worker; stopping it", lease.run_id)
                     break
-                log.warning("run %s: renewing the lease failed (retrying): %s", lease.run_id, exc)
-            else:
-                deadline = attempted + lease.seconds
+                except Exception as exc:
+                    problem = str(exc)
+                else:
+                    deadline = attempted + lease.seconds
+                    continue
+            if anyio.current_time() + every >= deadline:
+                log.error(
+                    "run %s: could not renew the lease before it expires (%s); stopping it",
+                    lease.run_id,
+                    problem,
+                )
+                break
+            log.warning("run %s: renewing the lease failed (retrying): %s", lease.run_id, problem)
         scope.cancel()
 
     async def _fail(self, lease: Lease, error: str) -> None:

@@ -89,8 +89,9 @@ class Lease:
 
     ``token`` is new on every claim and is what ``renew_lease`` and ``release_run`` check, so
     a worker whose lease expired cannot touch the run again. ``owner`` names the worker (for
-    people reading ``runs show``); ``attempt`` counts the claims of this run, this one
-    included; ``seconds`` is the lease length; ``expires_at`` is when it lapses unless renewed
+    people reading ``runs show``); ``attempt`` counts the claims of this run since it was
+    last released back to the queue, this one included (above 1: earlier holders died with
+    it); ``seconds`` is the lease length; ``expires_at`` is when it lapses unless renewed
     (the database's clock on PostgreSQL, so workers' clocks need not agree).
     """
 
@@ -208,8 +209,10 @@ class RunStore(Protocol):
 
     async def release_run(self, lease: Lease) -> bool:
         """Give up the lease: clear it, and put a run that did not finish (``running`` or
-        ``cancelled``) back to ``queued``; a finished run keeps its status. Increments the
-        version. Returns ``False``, writing nothing, when the lease was no longer held."""
+        ``cancelled``) back to ``queued`` with ``attempts`` reset to 0 and no error (handing a
+        run back is not a failure); a finished run keeps its status, count and error.
+        Increments the version. Returns ``False``, writing nothing, when the lease was no
+        longer held."""
         ...
 
     def watch_queue(

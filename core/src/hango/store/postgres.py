@@ -395,7 +395,12 @@ class PostgresRunStore:
         row = await self._one(
             "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
             "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
-            "ELSE status END, version = version + 1, updated_at = now() "
+            "ELSE status END, "
+            # A clean hand-back is no failure: only claims since the last one count.
+            "attempts = CASE WHEN status IN ('running', 'cancelled') THEN 0 "
+            "ELSE attempts END, "
+            "error = CASE WHEN status IN ('running', 'cancelled') THEN NULL ELSE error END, "
+            "version = version + 1, updated_at = now() "
             "WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s "
             "RETURNING id",
             {"tenant": lease.tenant_id, "run": lease.run_id, "token": lease.token},

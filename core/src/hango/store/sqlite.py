@@ -104,10 +104,15 @@ class SqliteRunStore:
 
     @classmethod
     async def open(cls, url: str) -> SqliteRunStore:
+        """Raises ``SchemaError`` for a database newer than this code and ``StoreError`` for
+        a file SQLite cannot use."""
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        await anyio.to_thread.run_sync(migrate.upgrade, url)
-        conn = await anyio.to_thread.run_sync(cls._connect, path)
+        try:
+            await anyio.to_thread.run_sync(migrate.upgrade, url)
+            conn = await anyio.to_thread.run_sync(cls._connect, path)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite database {path}: {exc}") from None
         return cls(conn)
 
     @staticmethod
@@ -423,7 +428,12 @@ class SqliteRunStore:
             return conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
                 "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
-                "ELSE status END, version = version + 1, updated_at = ? "
+                "ELSE status END, "
+                # A clean hand-back is no failure: only claims since the last one count.
+                "attempts = CASE WHEN status IN ('running', 'cancelled') THEN 0 "
+                "ELSE attempts END, "
+                "error = CASE WHEN status IN ('running', 'cancelled') THEN NULL ELSE error END, "
+                "version = version + 1, updated_at = ? "
                 "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
                 (utcnow().isoformat(), str(lease.tenant_id), str(lease.run_id), str(lease.token)),
             ).rowcount

@@ -47,7 +47,7 @@ class ToolAllowlistMiddleware:
         telemetry.record(
             telemetry.REQUEST_REWRITTEN,
             middleware=self.name,
-            reason=f"removed {len(tools) - len(kept)} tool(s) outside the allowlist",
+            reason="tools outside the allowlist removed",
         )
         return await next(attrs.evolve(req, request=attrs.evolve(req.request, tools=kept)))
 
@@ -66,7 +66,7 @@ class ToolAllowlistMiddleware:
         telemetry.record(
             telemetry.SHORT_CIRCUITED,
             middleware=self.name,
-            reason="tool not in the allowlist",
+            reason="tool not allowed",
             attributes={telemetry.TOOL_NAME: banned[0]},
         )
         return error_result(

@@ -30,8 +30,8 @@ DEFAULT_THRESHOLD: Final = 3
 
 @define
 class RepeatCounts:
-    """The private state: how many times each call key was called in this run (blocked calls
-    included)."""
+    """The private state: how many times each call key was called in this run, counting the
+    calls that got a result and the blocked ones."""
 
     counts: dict[str, int] = field(factory=dict)
 
@@ -46,20 +46,23 @@ class RepeatCallMiddleware:
             raise ValueError(f"threshold must be at least 2, got {threshold}")
         self.threshold = threshold
 
-    def _count(self, state: State, key: str) -> int:
-        """Count one more call of ``key`` and store it; returns the calls before this one."""
+    def _count(self, state: State, key: str) -> None:
         seen, _ = load_private(state, self.name, RepeatCounts)
-        before = seen.counts.get(key, 0)
-        seen.counts[key] = before + 1
-        # Stored before the call runs, so a run that stops inside the call still counted it.
+        seen.counts[key] = seen.counts.get(key, 0) + 1
         store_private(state, self.name, seen)
-        return before
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         call = req.call
-        before = self._count(req.state, call_key(call.name, call.input))
+        key = call_key(call.name, call.input)
+        seen, _ = load_private(req.state, self.name, RepeatCounts)
+        before = seen.counts.get(key, 0)
         if before + 1 < self.threshold:
-            return await next(req)
+            result = await next(req)
+            # Counted once it has a result: a call cut short by a cancel gave the model
+            # nothing to reuse, so calling it again after a resume is not a repeat.
+            self._count(req.state, key)
+            return result
+        self._count(req.state, key)
         telemetry.record(
             telemetry.REPEAT_CALL_BLOCKED,
             middleware=self.name,

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final, get_args
 
-from hango import State, Todo, ToolContext, ToolResult, ToolSpec, error_result, telemetry
+from hango import State, Todo, ToolContext, ToolResult, ToolSpec, error_result
 from hango.agent.state import TodoStatus
 
 TOOL_NAME: Final = "write_todos"
@@ -63,11 +63,6 @@ INPUT_SCHEMA: Final[dict[str, Any]] = {
     "required": ["todos"],
     "additionalProperties": False,
 }
-
-#: Span-event attribute names for the counts (never the content, which can be user data).
-COUNT_ATTRIBUTES: Final = {status: f"hango.todos.{status}" for status in STATUSES}
-TOTAL_METADATA: Final = "langfuse.observation.metadata.todos_total"
-COMPLETED_METADATA: Final = "langfuse.observation.metadata.todos_completed"
 
 
 class TodoError(ValueError):
@@ -129,22 +124,18 @@ def calls_in_batch(state: State) -> int:
     return 0
 
 
-def _record(todos: Sequence[Todo]) -> None:
-    by_status = counts(todos)
-    attributes: dict[str, int] = {COUNT_ATTRIBUTES[s]: n for s, n in by_status.items()}
-    attributes[TOTAL_METADATA] = len(todos)
-    attributes[COMPLETED_METADATA] = by_status["completed"]
-    telemetry.record(telemetry.TODOS_UPDATED, middleware="todo", attributes=attributes)
-
-
 class WriteTodos:
     """The ``write_todos`` tool. Stateless: the plan lives in ``State.todos``."""
 
     spec = ToolSpec(TOOL_NAME, DESCRIPTION, INPUT_SCHEMA)
 
     async def call(self, input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Replace ``ctx.state.todos`` with a NEW list (the loop emits ``TodosUpdated`` when
-        the list object changes) and record ``agent.todos_updated`` with the counts.
+        """Replace ``ctx.state.todos`` with a NEW list.
+
+        The loop sees the new list object and, for any writer of the plan, emits
+        ``TodosUpdated`` and records the span event ``agent.todos_updated`` with the counts by
+        status (``telemetry.record_todos``); recording it here as well would count every
+        update twice.
 
         Returns an error result, leaving the plan unchanged, for invalid todos or when the
         batch holds more than one write_todos call (then every one of them fails: which of
@@ -162,7 +153,6 @@ class WriteTodos:
         except TodoError as exc:
             return error_result("write_todos rejected, the plan is unchanged: %s", exc)
         ctx.state.todos = todos
-        _record(todos)
         return ToolResult(f"Plan saved ({summary(todos)}).")
 
 
