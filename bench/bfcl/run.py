@@ -38,6 +38,7 @@ from hango import (
     ToolCallFinished,
     ToolCallStarted,
     ToolRegistry,
+    default_stack,
     make_plugin_manager,
     open_store,
 )
@@ -398,8 +399,8 @@ async def run_tasks(
     ]
     plugins = make_plugin_manager(env=settings)
     store = TimedStore.wrap(await open_store(db), stats)
-    harness = Harness(store, plugins=plugins, settings=settings)
-    stats.stack = tuple(m.name for m in harness.stack(StackConfig(settings=settings)))
+    # The chain every run builds (Harness.execute calls default_stack the same way).
+    stats.stack = tuple(m.name for m in default_stack(StackConfig(settings=settings), plugins))
     try:
         for task in tasks:
             stats.tasks += 1

@@ -20,7 +20,9 @@ from hango import (
     State,
     TextBlock,
     Todo,
+    ToolCallRequest,
     ToolContext,
+    ToolHandler,
     ToolResult,
     default_stack,
     telemetry,
@@ -181,3 +183,28 @@ def test_the_check_sees_a_leak(otel_session: Any) -> None:
 
     with pytest.raises(AssertionError, match="'a secret step' leaked"):
         run_and_check(otel_session, [("a secret step", "pending")], "leaky_plan", [LeakyPlanner()])
+
+
+class FailsOnPlan:
+    """A buggy tool wrapper whose exception message quotes the plan."""
+
+    name = "fails_on_plan"
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        await next(req)
+        raise ValueError(f"cannot handle {req.state.todos[0].content!r}")
+
+
+@pytest.mark.anyio
+async def test_an_exception_quoting_content_fails_the_run_not_privacy(
+    tmp_path: Path, otel: Any
+) -> None:
+    todos = [{"content": "a secret step", "status": "pending"}]
+    turns = [{"tool_calls": [{"name": "plan", "input": {"todos": todos}}]}]
+    async with agent_harness(tmp_path, turns=turns, stack=[Planner(), FailsOnPlan()]) as h:
+        finished = await h.run(h.agent, "go")
+    assert finished.status is RunStatus.FAILED
+    assert finished.error is not None and "a secret step" in finished.error  # the run says why
+    assert otel.one("execute_tool plan").attributes["error.type"] == "ValueError"
+    assert otel.one("invoke_agent test").attributes["error.type"] == "ValueError"
+    assert [s for s in otel.strings() if "a secret step" in s] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -21,10 +22,13 @@ from hango.agent.events import (
 from hango.agent.state import Todo
 from hango.provider.events import TextDelta
 
+# Tool lines stay one line at any terminal width.
+_ONE_LINE: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis", "crop": True}
+
 _MARKS = {"completed": ("[x]", "green"), "in_progress": ("[>]", "yellow"), "pending": ("[ ]", "")}
 
 
-def _clip(text: str, width: int = 96) -> str:
+def _clip(text: str, width: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
 
@@ -70,11 +74,11 @@ class Renderer:
                     if isinstance(call.input, dict)
                     else repr(call.input)
                 )
-                c.print(Text(f"→ {call.name} {_clip(args, 80)}", style="cyan"))
+                c.print(Text(f"→ {call.name} {_clip(args)}", style="cyan"), **_ONE_LINE)
             case ToolCallFinished(result=result):
                 style = "red" if result.is_error else "dim"
                 prefix = "  ✗ " if result.is_error else "  ← "
-                c.print(Text(prefix + _clip(result.content), style=style))
+                c.print(Text(prefix + _clip(result.content), style=style), **_ONE_LINE)
             case TodosUpdated(todos=todos):
                 c.print(checklist(todos))
             case RunFinished(status=status, error=error, usage=usage):
