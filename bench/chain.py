@@ -23,9 +23,10 @@ e2e
     (K + 1)``; to one tool call ``(run(N tool wrappers) - run(0)) / K``.
 
 Every number is the minimum over ``--repeats`` rounds of short samples; in each round every case
-runs once, in a new random order, so drift on a shared machine hits every case alike. Ratios are
-taken between those minimums. The title line carries the load average: other work on the
-machine shows there first.
+runs once, in a new random order, so drift on a shared machine hits every case alike. Samples
+are short (a few ms) because a short sample is the likeliest to run in one uncontended slice of
+a busy 2-core machine; ratios are taken between the minimums. The title line carries the load
+average: other work on the machine shows there first.
 """
 
 from __future__ import annotations
@@ -502,9 +503,9 @@ async def main(args: argparse.Namespace) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
     parser.add_argument("--part", choices=("micro", "e2e", "all"), default="all")
-    parser.add_argument("--repeats", type=int, default=40, help="rounds (min taken)")
-    parser.add_argument("--micro-ms", type=float, default=4, help="micro: ms per sample")
-    parser.add_argument("--e2e-ms", type=float, default=100, help="e2e: ms per sample")
+    parser.add_argument("--repeats", type=int, default=60, help="rounds (min taken)")
+    parser.add_argument("--micro-ms", type=float, default=2, help="micro: ms per sample")
+    parser.add_argument("--e2e-ms", type=float, default=5, help="e2e: ms per sample")
     parser.add_argument("--tool-calls", type=int, default=10, help="e2e: K tool calls per run")
     parser.add_argument("--quick", action="store_true", help="a smoke run with small counts")
     args = parser.parse_args(argv)

@@ -305,3 +305,15 @@ def test_hango_run_trace_console_prints_the_demo_spans(
     assert printed(f"    * agent.middleware_stack  hango.middleware.names={stack}")
     assert printed("    * middleware.repeat_call_blocked  hango.middleware.name=repeat_call")
     assert printed("    * agent.todos_updated  hango.todos.total=")
+
+
+def test_the_overhead_bench_runs() -> None:
+    # A smoke run: the bench checks each configuration's run and the span count itself.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.telemetry", "--quick", "--tool-calls", "3"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "| no SDK |" in done.stdout
+    assert "one run of 3 tool calls (4 model calls, 11 spans with the SDK)" in done.stdout

@@ -1,5 +1,7 @@
-"""Running runs: the ``Harness`` (load state, build the stack, loop, save)."""
+"""Running runs: the ``Harness`` (load state, build the stack, loop, save) and the queue
+``Worker``."""
 
 from hango.run.runner import Harness, RunNotResumable
+from hango.run.worker import Worker
 
-__all__ = ["Harness", "RunNotResumable"]
+__all__ = ["Harness", "RunNotResumable", "Worker"]
