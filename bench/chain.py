@@ -244,8 +244,38 @@ async def _ignore(_: object) -> None:
     pass
 
 
-def hango_runner(k: int, stack: Sequence[Middleware]) -> Callable[[], Awaitable[list[Message]]]:
-    """A run as the Harness does it (chain built per run), minus the store."""
+class BareOnionChain(Chain):
+    """A chain with no middlewares whose onions are ``bare_onion`` closures: ``run_loop``
+    driven through the same depth of plain coroutines, the floor for a chain of N wrappers.
+
+    It keeps the exception guard on tool calls, so at N = 0 it is hango's empty chain.
+    """
+
+    def __init__(self, model_depth: int, tool_depth: int) -> None:
+        super().__init__([])
+        self.model_depth, self.tool_depth = model_depth, tool_depth
+        # One slot, not a dict: the loop's base handlers are new closures in every run.
+        self._model: tuple[ModelHandler, ModelHandler] | None = None
+        self._tool: tuple[ToolHandler, ToolHandler] | None = None
+
+    def model_handler(self, base: ModelHandler) -> ModelHandler:
+        if self._model is None or self._model[0] is not base:
+            self._model = (base, bare_onion(base, self.model_depth))
+        return self._model[1]
+
+    def tool_handler(self, base: ToolHandler) -> ToolHandler:
+        if self._tool is None or self._tool[0] is not base:
+            self._tool = (base, bare_onion(super().tool_handler(base), self.tool_depth))
+        return self._tool[1]
+
+
+def loop_runner(k: int, chain: Chain) -> Callable[[], Awaitable[list[Message]]]:
+    """One run of ``_script(k)`` through ``run_loop`` and ``chain``, minus the store.
+
+    The chain is built once and reused, like LangChain's agent. (The Harness builds one per
+    run; ``Chain.build`` is timed on its own. A reused Chain keeps one cached onion per run,
+    keyed by the loop's per-run base handlers: a few hundred here, harmless.)
+    """
     model = ScriptedModel.from_turns(_script(k))
     view = ToolRegistry([echo]).view()
     settings = LoopSettings(model="bench", max_turns=k + 2)
@@ -255,7 +285,7 @@ def hango_runner(k: int, stack: Sequence[Middleware]) -> Callable[[], Awaitable[
         state.messages.append(Message.user("go"))
         await run_loop(
             state,
-            chain=Chain.build(stack),
+            chain=chain,
             model=model,
             view=view,
             settings=settings,
@@ -367,17 +397,26 @@ def check_langchain(k: int, result: Any) -> None:
         raise RuntimeError(f"LangChain run did not end with the closing turn: {messages!r}")
 
 
+CONFIGS = [("both", 0)] + [(kind, n) for kind in WRAPPERS for n in DEPTHS[1:]]
+
+
 async def e2e_cases(k: int) -> tuple[dict[Key, Case], bool]:
     """Cases keyed by (side, wrapper kind, N), each run checked once; and whether LangChain is
-    there. Sides: "hango" / "langchain" runs, "hango-build" / "langchain-build" chain builds."""
+    there. Sides: "hango", "bare", "langchain" runs; "hango-build", "langchain-build" builds."""
     cases: dict[Key, Case] = {}
-    configs = [("both", 0)] + [(kind, n) for kind in WRAPPERS for n in DEPTHS[1:]]
-    for kind, n in configs:
+    for kind, n in CONFIGS:
         stack = [WRAPPERS[kind](f"{kind}{i}") for i in range(n)]
-        run = hango_runner(k, stack)
-        check_hango(k, await run())
-        cases["hango", kind, n] = run
-        cases["hango-build", kind, n] = functools.partial(_build, stack)
+        model_depth = n if kind in ("model", "both") else 0
+        tool_depth = n if kind in ("tool", "both") else 0
+        for side, chain in (
+            ("hango", Chain.build(stack)),
+            ("bare", BareOnionChain(model_depth, tool_depth)),
+        ):
+            run = loop_runner(k, chain)
+            check_hango(k, await run())
+            cases[side, kind, n] = run
+        if kind == "both":
+            cases["hango-build", kind, n] = functools.partial(_build, stack)
     lc = langchain_cases(k)
     if lc is not None:
         for (kind, n), (lc_run, lc_build) in lc.items():
@@ -392,63 +431,63 @@ async def _build(stack: Sequence[Middleware]) -> Chain:
     return Chain.build(stack)
 
 
-def e2e_tables(best: Mapping[Key, float], k: int, with_lc: bool) -> tuple[list[str], list[str]]:
-    """(setup and run table, per-call table).
+def e2e_tables(best: Mapping[Key, float], k: int, with_lc: bool) -> list[tuple[str, list[str]]]:
+    """(title, lines) of the run, per-call and build tables."""
+    sides = ["hango", "bare"] + (["langchain"] if with_lc else [])
+    names = {"hango": "hango", "bare": "bare onion", "langchain": "LangChain"}
 
-    hango builds its chain per run, as the Harness does, so a hango run's time includes
-    ``Chain.build``; the per-call columns take it out (run minus build, both measured in the
-    same rounds) to compare like with like against LangChain's agent, which is built once.
-    """
+    def ratios(values: Mapping[str, float]) -> str:
+        out = f" | {values['hango'] / values['bare']:.2f}x"
+        if with_lc:
+            out += f" | {values['hango'] / values['langchain']:.3f}x"
+        return out
 
-    def loop(kind: str, n: int) -> float:
-        return best["hango", kind, n] - best["hango-build", kind, n]
+    ratio_heads = " | hango/bare" + (" | hango/LangChain" if with_lc else "")
+    ratio_rule = "|---:" * (2 if with_lc else 1)
+
+    runs = [
+        "| N | " + " | ".join(f"{names[s]} µs/run" for s in sides) + ratio_heads + " |",
+        "|---:" + "|---:" * len(sides) + ratio_rule + "|",
+    ]
+    for n in DEPTHS:
+        us = {s: best[s, "both", n] / 1000 for s in sides}
+        runs.append(f"| {n} | " + " | ".join(f"{us[s]:.0f}" for s in sides) + ratios(us) + " |")
 
     def added(side: str, kind: str, n: int) -> float:
         """ns N ``kind`` wrappers add to one model call ("model") or one tool call ("tool")."""
         calls = k + 1 if kind == "model" else k
-        if side == "hango":
-            return (loop(kind, n) - loop("both", 0)) / calls
         return (best[side, kind, n] - best[side, "both", 0]) / calls
 
-    lc = with_lc
-    setup = [
-        "| N | hango Chain.build µs | hango run µs (build included) | hango run − build µs"
-        + (
-            " | LangChain create_agent µs | LangChain ainvoke µs | hango/LangChain run"
-            if lc
-            else ""
-        )
-        + " |",
-        "|---:|---:|---:|---:" + ("|---:|---:|---:" if lc else "") + "|",
+    per_call = ["| N | call | " + " | ".join(f"{names[s]} +ns" for s in sides) + ratio_heads]
+    per_call[0] += " |"
+    per_call.append("|---:|---" + "|---:" * len(sides) + ratio_rule + "|")
+    for kind in ("model", "tool"):
+        for n in DEPTHS[1:]:
+            ns = {s: added(s, kind, n) for s in sides}
+            cells = " | ".join(f"{ns[s]:.0f}" for s in sides)
+            per_call.append(f"| {n} | {kind} | {cells}{ratios(ns)} |")
+
+    builds = [
+        "| N | hango Chain.build µs" + (" | LangChain create_agent µs | ratio" if with_lc else ""),
+        "|---:|---:" + ("|---:|---:" if with_lc else "") + "|",
     ]
-    per_call = [
-        "| N | hango +ns/model call"
-        + (" | LangChain +ns/model call | ratio" if lc else "")
-        + " | hango +ns/tool call"
-        + (" | LangChain +ns/tool call | ratio" if lc else "")
-        + " |",
-        "|---:|---:" + ("|---:|---:" if lc else "") + "|---:" + ("|---:|---:" if lc else "") + "|",
-    ]
+    builds[0] += " |"
     for n in DEPTHS:
-        build, run = best["hango-build", "both", n] / 1000, best["hango", "both", n] / 1000
-        row = f"| {n} | {build:.1f} | {run:.0f} | {loop('both', n) / 1000:.0f}"
-        if lc:
-            lc_build = best["langchain-build", "both", n] / 1000
-            lc_run = best["langchain", "both", n] / 1000
-            ratio = loop("both", n) / 1000 / lc_run
-            row += f" | {lc_build:.0f} | {lc_run:.0f} | {ratio:.3f}x"
-        setup.append(row + " |")
-        if not n:
-            continue
-        row = f"| {n}"
-        for kind in ("model", "tool"):
-            h = added("hango", kind, n)
-            row += f" | {h:.0f}"
-            if lc:
-                other = added("langchain", kind, n)
-                row += f" | {other:.0f} | {h / other:.3f}x"
-        per_call.append(row + " |")
-    return setup, per_call
+        hb = best["hango-build", "both", n] / 1000
+        row = f"| {n} | {hb:.1f}"
+        if with_lc:
+            lb = best["langchain-build", "both", n] / 1000
+            row += f" | {lb:.0f} | {hb / lb:.3f}x"
+        builds.append(row + " |")
+    return [
+        ("µs per run, N pass-through model wrappers and N tool wrappers", runs),
+        (
+            f"ns N pass-through wrappers add to one call, against the same side's N = 0 "
+            f"({k + 1} model calls, {k} tool calls per run)",
+            per_call,
+        ),
+        ("building the chain / agent once (hango's Harness builds one per run)", builds),
+    ]
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -492,10 +531,9 @@ async def main(args: argparse.Namespace) -> None:
             f"\n## e2e: one run of {k} tool calls ({k + 1} model calls); {args.repeats} "
             f"rounds of {args.e2e_ms:g} ms samples (min per case)\n"
         )
-        setup, per_call = e2e_tables(best, k, with_lc)
-        print("\n".join(setup))
-        print(f"\nns N pass-through wrappers add to one call ({k + 1} model, {k} tool calls)\n")
-        print("\n".join(per_call))
+        for title, lines in e2e_tables(best, k, with_lc):
+            print(f"{title}\n")
+            print("\n".join(lines) + "\n")
         if not with_lc:
             print("\nLangChain is not installed: `uv sync --group bench` adds it.")
 

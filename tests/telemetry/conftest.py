@@ -153,13 +153,3 @@ def otel_session() -> Telemetry:
 def otel(otel_session: Telemetry) -> Telemetry:
     otel_session.clear()
     return otel_session
-
-
-@pytest.fixture(scope="session")
-def installed_plugins() -> None:
-    """Skips while the four plugins of the middleware-chain phase are not installed.
-
-    Temporary: the plugins were being added to the workspace when these tests were written.
-    """
-    for module in ("hango_repair", "hango_todo", "hango_repeat", "hango_allowlist"):
-        pytest.importorskip(module)

@@ -32,7 +32,7 @@ PHASE_STACK = ("repair_tool_calls", "todo", "repeat_call", "tool_allowlist")
 
 
 @pytest.fixture
-async def demo_trace(tmp_path: Path, otel: Any, installed_plugins: None) -> Any:
+async def demo_trace(tmp_path: Path, otel: Any) -> Any:
     """The demo run, executed once with the installed plugins; ``otel`` holds its telemetry."""
     agent = AgentDefinition.from_file(DEMO / "agent.toml")
     model = ScriptedModel.from_file(DEMO / "script.toml")

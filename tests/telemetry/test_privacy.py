@@ -159,7 +159,7 @@ def test_no_todo_content_in_any_span_event_or_metric(otel_session: Any, todos: A
 @settings(max_examples=20, deadline=None)
 @given(todo_lists)
 def test_no_todo_content_with_the_installed_plugins(
-    otel_session: Any, installed_plugins: None, todos: Any
+    otel_session: Any, todos: Any
 ) -> None:
     stack = default_stack(StackConfig())
     assert "todo" in [m.name for m in stack]

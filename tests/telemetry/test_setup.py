@@ -278,7 +278,7 @@ def test_a_bad_setting_is_one_line_and_never_an_error(
 
 
 def test_hango_run_trace_console_prints_the_demo_spans(
-    tmp_path: Path, installed_plugins: None
+    tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {"NO_COLOR": "1"}
     done = subprocess.run(
