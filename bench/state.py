@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from attrs import define, field
+
+from bench.chain import header
 from hango.agent.state import (
     State,
     Todo,
@@ -39,8 +41,6 @@ from hango.agent.state import (
     load_state,
     store_private,
 )
-
-from bench.chain import header
 
 TODO_COUNTS = (0, 100, 1000)
 STATUSES: tuple[TodoStatus, ...] = ("completed", "in_progress", "pending")

@@ -47,6 +47,7 @@ from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+
 from hango import AgentDefinition, Harness, Message, RunStatus, State, TextBlock, Todo, dump_state
 from hango.store import RunStore, migrate, open_store
 

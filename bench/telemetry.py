@@ -41,11 +41,6 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from hango import telemetry
-from hango.provider.messages import Message, Request, ToolResultBlock
-from hango.provider.model import Accumulator
-from hango.provider.scripted import ScriptedModel
-from hango.tool.base import ToolContext
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -55,6 +50,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import INVALID_SPAN
 
 from bench.chain import PassBoth, echo, hango_runner, header, measure, new_state
+from hango import telemetry
+from hango.provider.messages import Message, Request, ToolResultBlock
+from hango.provider.model import Accumulator
+from hango.provider.scripted import ScriptedModel
+from hango.tool.base import ToolContext
 
 STACK_DEPTH = 3
 Case = Callable[[], Awaitable[object]]

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import jsonschema
 import pytest
+
 from hango import (
     Message,
     StackConfig,

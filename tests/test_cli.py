@@ -109,7 +109,7 @@ def test_missing_agent_file(tmp_path: Path) -> None:
     ("script", "expected"),
     [
         ('[[turns]]\ntext = "ok"\n[[turns]]\nstop_reason = "whenever"\n', "turn 1"),
-        ('[[turns]]\ntool_calls = [{ input = {} }]\n', "turn 0"),
+        ("[[turns]]\ntool_calls = [{ input = {} }]\n", "turn 0"),
         ("turns = []\n", "non-empty"),
         ("[[turns]\n", "cannot read script"),
     ],
@@ -136,7 +136,9 @@ def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
     while needle not in out:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"{needle!r} not seen; output so far: {out.decode(errors='replace')}")
+            raise AssertionError(
+                f"{needle!r} not seen; output so far: {out.decode(errors='replace')}"
+            )
         ready, _, _ = select.select([fd], [], [], left)
         if ready:
             try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hango_repair import INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,11 +17,12 @@ from typing import Any
 
 import anyio
 import attrs
+import pytest
+
 import hango_allowlist
 import hango_repair
 import hango_repeat
 import hango_todo
-import pytest
 from hango import (
     AgentDefinition,
     Harness,

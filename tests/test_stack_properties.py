@@ -8,6 +8,9 @@ from collections import Counter
 from typing import Any
 
 import anyio
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hango import (
     Message,
     State,
@@ -19,8 +22,6 @@ from hango import (
 )
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import WRITE_TODOS
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def new_state() -> State:

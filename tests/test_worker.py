@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import pytest
+
 from hango import AgentDefinition, Harness, Message, RunStatus
 from hango.store import RunStore, open_store
 from hango.store.base import RunRecord

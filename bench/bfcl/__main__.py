@@ -10,10 +10,10 @@ import importlib.metadata
 import sys
 
 import anyio
-from hango.config import hango_settings
 
 from bench.bfcl.data import BfclMissing, categories, load_tasks
 from bench.bfcl.run import default_db, redact, report, run_tasks
+from hango.config import hango_settings
 
 
 def main(argv: list[str] | None = None) -> int:

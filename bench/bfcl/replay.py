@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 
+from bench.bfcl.calls import Call
 from hango import Message, ModelError, Request, StopReason, TextBlock, Usage
 from hango.provider.events import (
     MessageStop,
@@ -19,8 +20,6 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango_repair import INTERRUPTED
-
-from bench.bfcl.calls import Call
 
 
 def position(messages: Sequence[Message]) -> tuple[int, int]:

@@ -46,6 +46,13 @@ from typing import Any, Literal
 import anyio
 import anyio.to_thread
 from attrs import define, field, frozen
+
+from bench.bfcl.calls import Call, as_json
+from bench.bfcl.data import Task, load_tasks
+from bench.bfcl.env import ApiEnv, Outcome, bfcl_text, first_difference
+from bench.bfcl.replay import ReplayModel, call_id, call_index, position
+from bench.bfcl.run import DATA_DIR, BfclExecutor, Stats, agent_for, bench_settings, parsed_calls
+from bench.bfcl.tools import build_registry
 from hango import (
     Harness,
     Message,
@@ -59,13 +66,6 @@ from hango import (
 from hango.config import DEFAULT_TENANT
 from hango.provider.events import StreamEvent
 from hango_repair import INTERRUPTED
-
-from bench.bfcl.calls import Call, as_json
-from bench.bfcl.data import Task, load_tasks
-from bench.bfcl.env import ApiEnv, Outcome, bfcl_text, first_difference
-from bench.bfcl.replay import ReplayModel, call_id, call_index, position
-from bench.bfcl.run import DATA_DIR, BfclExecutor, Stats, agent_for, bench_settings, parsed_calls
-from bench.bfcl.tools import build_registry
 
 Phase = Literal["stream", "batch", "effect"]
 PHASES: tuple[Phase, ...] = ("stream", "batch", "effect")
@@ -315,7 +315,9 @@ def _check_resumed_turn(
 
 
 def _log_difference(executed: list[Any], expected: list[Any]) -> str:
-    for i, (have, want) in enumerate(zip(executed, expected, strict=False)):
+    """The first place the executed calls leave the ground truth's list, said plainly."""
+    for i, have in enumerate(executed):
+        want = expected[i] if i < len(expected) else None
         if have != want:
             again = " again (executed twice)" if have in expected[:i] else ""
             return f"executed call {i} is {have}{again}; the ground truth's is {want}"

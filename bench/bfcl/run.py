@@ -27,6 +27,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from attrs import define, field
+
+from bench.bfcl.calls import Call, as_json, parse_call
+from bench.bfcl.data import Task, bfcl_module
+from bench.bfcl.env import ApiEnv, bfcl_text, first_difference
+from bench.bfcl.replay import ReplayModel
+from bench.bfcl.schema import ERRATA, parameter_names
+from bench.bfcl.tools import build_registry, task_docs
 from hango import (
     AgentDefinition,
     Event,
@@ -44,13 +51,6 @@ from hango import (
 )
 from hango.plugins import PluginManager
 from hango_repeat import DEFAULT_THRESHOLD, THRESHOLD_VARIABLE, call_key
-
-from bench.bfcl.calls import Call, as_json, parse_call
-from bench.bfcl.data import Task, bfcl_module
-from bench.bfcl.env import ApiEnv, bfcl_text, first_difference
-from bench.bfcl.replay import ReplayModel
-from bench.bfcl.schema import ERRATA, parameter_names
-from bench.bfcl.tools import build_registry, task_docs
 
 #: Where the bench keeps its SQLite files by default (git-ignored).
 DATA_DIR = Path(__file__).resolve().parents[1] / ".data" / "bfcl"

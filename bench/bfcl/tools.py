@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
-from hango import ToolContext, ToolRegistry, ToolResult, ToolSpec
 
 from bench.bfcl.data import Task, function_docs
 from bench.bfcl.env import ApiEnv
 from bench.bfcl.schema import tool_spec
+from hango import ToolContext, ToolRegistry, ToolResult, ToolSpec
 
 
 @frozen

@@ -331,7 +331,9 @@ async def test_unknown_tool_runs_through_the_chain_with_tool_none() -> None:
             return await next(req)
 
     async def base(req: ToolCallRequest) -> ToolResult:
-        return error_result("unknown tool %r", req.call.name) if req.tool is None else ToolResult("")
+        return (
+            error_result("unknown tool %r", req.call.name) if req.tool is None else ToolResult("")
+        )
 
     chain = Chain.build([Observer()])
     result = await chain.tool_call(

@@ -20,8 +20,8 @@ from hango import (
     ModelRequest,
     ModelResponse,
     Request,
-    State,
     StackConfig,
+    State,
     TextBlock,
     Todo,
     ToolCallRequest,
@@ -107,9 +107,7 @@ CAPS = st.frozensets(st.sampled_from(["model", "tool", "hook", "provider", "cont
 def stacks(draw: st.DrawFn, max_calls: int = 2) -> tuple[list[Spec], list[str]]:
     n = draw(st.integers(0, 7))
     trace: list[str] = []
-    specs = [
-        Spec(f"m{i}", draw(CAPS), draw(st.integers(0, max_calls)), trace) for i in range(n)
-    ]
+    specs = [Spec(f"m{i}", draw(CAPS), draw(st.integers(0, max_calls)), trace) for i in range(n)]
     return specs, trace
 
 
@@ -119,7 +117,9 @@ def run(coro_fn: Any, *args: Any) -> Any:
 
 @settings(max_examples=150, deadline=None)
 @given(stacks(max_calls=1))
-def test_enter_exit_trace_is_a_palindrome_in_chain_order(stack: tuple[list[Spec], list[str]]) -> None:
+def test_enter_exit_trace_is_a_palindrome_in_chain_order(
+    stack: tuple[list[Spec], list[str]],
+) -> None:
     specs, trace = stack
     chain = Chain.build([make_middleware(s) for s in specs])  # type: ignore[misc]
 
@@ -133,13 +133,17 @@ def test_enter_exit_trace_is_a_palindrome_in_chain_order(stack: tuple[list[Spec]
     enters = [t[1:] for t in trace if t.startswith(">")]
     wrappers = [s.name for s in specs if "model" in s.caps]
     # Entered in chain order, up to and including the first wrapper that short-circuits.
-    cut = next((i for i, s in enumerate(s for s in specs if "model" in s.caps) if s.calls == 0), None)
+    cut = next(
+        (i for i, s in enumerate(s for s in specs if "model" in s.caps) if s.calls == 0), None
+    )
     assert enters == (wrappers if cut is None else wrappers[: cut + 1])
 
 
 @settings(max_examples=150, deadline=None)
 @given(stacks(max_calls=2))
-def test_base_runs_exactly_as_often_as_the_wrappers_ask(stack: tuple[list[Spec], list[str]]) -> None:
+def test_base_runs_exactly_as_often_as_the_wrappers_ask(
+    stack: tuple[list[Spec], list[str]],
+) -> None:
     specs, _ = stack
     chain = Chain.build([make_middleware(s) for s in specs])  # type: ignore[misc]
     counts = {"model": 0, "tool": 0}
@@ -173,7 +177,9 @@ def registry_two() -> str:
 
 @settings(max_examples=60, deadline=None)
 @given(stacks(max_calls=1))
-def test_tools_are_registry_then_providers_in_chain_order(stack: tuple[list[Spec], list[str]]) -> None:
+def test_tools_are_registry_then_providers_in_chain_order(
+    stack: tuple[list[Spec], list[str]],
+) -> None:
     specs, trace = stack
     for s in specs:
         s.calls = 1  # pass-through, so the request reaches the model
@@ -259,12 +265,20 @@ def test_shuffled_registration_gives_the_same_chain(names: list[str], rnd: Any) 
     assert build(names) == build(shuffled) == expected
 
 
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
-    | st.floats(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
-)  # fmt: skip
+)
 TODOS = st.lists(
     st.builds(
         Todo,

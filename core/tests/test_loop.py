@@ -120,7 +120,9 @@ def _reset() -> None:
 
 
 class Run:
-    def __init__(self, store: SqliteRunStore, model: Recording, stack: StackFactory, max_turns: int):
+    def __init__(
+        self, store: SqliteRunStore, model: Recording, stack: StackFactory, max_turns: int
+    ):
         self.store = store
         self.model = model
         self.harness = Harness(store, model=model, stack=stack, tools=TOOLS, settings={})
@@ -169,7 +171,9 @@ async def test_end_turn(make: Callable[..., Run]) -> None:
     messages = await run.store.load_messages(run.harness.tenant_id, run.session_id)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].text == "Hello there, how can I help?"
-    assert (await run.store.get_run(run.harness.tenant_id, run.run_id)).status is RunStatus.COMPLETED
+    assert (
+        await run.store.get_run(run.harness.tenant_id, run.run_id)
+    ).status is RunStatus.COMPLETED
     assert run.model.requests[0].system[0].text == "Be brief."
 
 
@@ -420,3 +424,25 @@ async def test_new_prompt_after_a_cancelled_batch_does_not_run_its_calls(
     assert finished.status is RunStatus.COMPLETED
     assert calls == [], "the cancelled run's unfinished call belongs to that run"
     assert run.model.requests[-1].messages[-1].text == "a new question"
+
+
+kept: list[list[str]] = []
+
+
+@tool
+def keep(tags: list[str]) -> str:
+    """Keep the list it was given and change it later, as stateful APIs do."""
+    kept.append(tags)
+    tags.append("mutated")
+    return "kept"
+
+
+async def test_a_tool_mutating_its_arguments_does_not_change_history(
+    make: Callable[..., Run],
+) -> None:
+    kept.clear()
+    run = make([{"tool_calls": [call("keep", tags=["a"])]}, {"text": "done"}])
+    run.harness.tools = ToolRegistry([keep])
+    await run("go")
+    assert kept == [["a", "mutated"]]
+    assert run.model.requests[1].messages[1].tool_uses[0].input == {"tags": ["a"]}

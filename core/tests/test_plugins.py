@@ -18,7 +18,7 @@ from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plu
 from hango.agent.stack import discover
 from hango.cli import main
 
-MODULE = '''
+MODULE = """
 import hango
 
 class Mw:
@@ -28,7 +28,7 @@ class Mw:
 @hango.hookimpl
 def hango_middleware(config):
     return Mw()
-'''
+"""
 
 Install = Callable[..., None]
 

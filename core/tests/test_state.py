@@ -88,9 +88,12 @@ def test_malformed_missing_required_field() -> None:
     assert info.value.middleware == "budget" and info.value.path == "$.spent"
 
 
-def test_store_private_rejects_what_json_cannot_hold() -> None:
+@pytest.mark.parametrize("value", [{"when": object()}, {"ratio": float("nan")}, [float("inf")]])
+def test_store_private_rejects_what_json_cannot_hold(value: object) -> None:
+    state = new_state()
     with pytest.raises(StateError, match="'weird'"):
-        store_private(new_state(), "weird", {"when": object()})
+        store_private(state, "weird", value)
+    assert "weird" not in state.private
 
 
 @pytest.mark.parametrize(

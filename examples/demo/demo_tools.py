@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import anyio
+
 from hango import tool
 
 ROOT = (Path(__file__).parent / "files").resolve()

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from hango.store import RunStore, open_store
 from hango.store.sqlite import sqlite_path
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message, StopReason, TextBlock, ToolResultBlock, ToolUseBlock
 from hango.store import NotFound, RunStore, SessionBusy, StaleVersion

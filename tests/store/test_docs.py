@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from click.testing import CliRunner
+
 from hango.cli import main
 
 GUIDE = Path(__file__).parents[2] / "docs" / "postgres.md"

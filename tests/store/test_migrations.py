@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+
 from hango.agent.events import RunStatus
 from hango.cli import main
 from hango.provider.messages import Message

@@ -6,6 +6,7 @@ import uuid
 
 import anyio
 import pytest
+
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message
 from hango.store import LeaseLost, RunStore, StaleVersion, open_store

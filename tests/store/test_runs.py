@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from attrs import evolve, field, frozen
+
 from hango import (
     AgentDefinition,
     Event,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 from click.testing import CliRunner
+
 from hango.agent.events import RunStatus
 from hango.cli import main
 from hango.provider.messages import Message

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from hango import (
     ModelHandler,
     ModelRequest,

@@ -14,6 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
 from hango import (
     RunStatus,
     StackConfig,
@@ -32,8 +35,6 @@ from hango.agent.middleware import Middleware
 from hango.agent.state import load_state
 from hango.testing import agent_harness
 from hango.tool import Tool
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
 
 STATUSES = ("pending", "in_progress", "completed")
 
@@ -158,9 +159,7 @@ def test_no_todo_content_in_any_span_event_or_metric(otel_session: Any, todos: A
 
 @settings(max_examples=20, deadline=None)
 @given(todo_lists)
-def test_no_todo_content_with_the_installed_plugins(
-    otel_session: Any, todos: Any
-) -> None:
+def test_no_todo_content_with_the_installed_plugins(otel_session: Any, todos: Any) -> None:
     stack = default_stack(StackConfig())
     assert "todo" in [m.name for m in stack]
     todos = with_one_in_progress(todos)

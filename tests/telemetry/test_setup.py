@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hango import telemetry
-from hango.telemetry_setup import Providers, build_providers
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import StatusCode
+
+from hango import telemetry
+from hango.telemetry_setup import Providers, build_providers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -277,9 +278,7 @@ def test_a_bad_setting_is_one_line_and_never_an_error(
     assert err.getvalue() == problem + "\n"
 
 
-def test_hango_run_trace_console_prints_the_demo_spans(
-    tmp_path: Path
-) -> None:
+def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {"NO_COLOR": "1"}
     done = subprocess.run(
         [

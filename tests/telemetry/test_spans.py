@@ -13,6 +13,8 @@ from typing import Any
 import anyio
 import pytest
 from attrs import define, field
+from opentelemetry.trace import SpanKind, StatusCode
+
 from hango import (
     ModelError,
     Request,
@@ -30,7 +32,6 @@ from hango import (
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango.tool import Tool
-from opentelemetry.trace import SpanKind, StatusCode
 
 pytestmark = pytest.mark.anyio
 

@@ -6,6 +6,7 @@ User errors print one line on stderr and exit 2; a run that fails exits 1; a can
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -211,20 +212,35 @@ def run(
 @main.command()
 @click.option("--model", help="Override the agent's model.")
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server.")
+@click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
 @db_option
 @json_option
 @click.argument("run_id")
 def resume(
-    model: str | None, base_url: str | None, db: str | None, as_json: bool, run_id: str
+    model: str | None,
+    base_url: str | None,
+    trace: str | None,
+    db: str | None,
+    as_json: bool,
+    run_id: str,
 ) -> None:
     """Resume RUN_ID from its last saved turn boundary."""
     rid = _parse_uuid(run_id, "run")
+    from hango.telemetry_setup import configure_telemetry
+
+    configure_telemetry(trace)
 
     async def main_() -> int:
         store = await open_store(_db_url(db))
         try:
             tenant = Config.from_env().tenant_id
             record = await store.get_run(tenant, rid)
+            expires = record.lease_expires_at
+            if expires is not None and expires > dt.datetime.now(dt.UTC):
+                raise StoreError(
+                    f"run {rid} is held by worker {record.lease_owner} until "
+                    f"{expires:%H:%M:%S} UTC; resume it after its lease expires"
+                )
             agent_record = await store.get_agent(tenant, record.agent_id)
             agent = AgentDefinition.from_json(agent_record.definition)
             built = agent.build_model(model, base_url)
@@ -557,6 +573,9 @@ def worker(
 
     from hango.run import Harness
     from hango.run.worker import Worker
+    from hango.telemetry_setup import configure_telemetry
+
+    configure_telemetry(None)
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -33,6 +33,10 @@ import attrs
 import httpx2
 import pytest
 import yaml
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from hango.provider import (
     Block,
     Message,
@@ -44,9 +48,6 @@ from hango.provider import (
     ToolSpec,
     ToolUseBlock,
 )
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 CASSETTES = Path(__file__).parents[3].parent / "shared" / "cassettes"
 

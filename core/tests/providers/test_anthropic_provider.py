@@ -13,6 +13,7 @@ import anyio
 import attrs
 import httpx2
 import pytest
+
 from hango.provider import (
     Block,
     Message,

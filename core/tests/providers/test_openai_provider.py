@@ -13,6 +13,7 @@ import attrs
 import httpx2
 import openai
 import pytest
+
 from hango.provider import (
     Block,
     Message,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hango.provider import Model, ModelSpecError, model_from_spec
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.openai import OpenAIChatModel

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import hango_allowlist
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Span
+
+import hango_allowlist
 from hango import (
     STACK_ORDER,
     Message,
@@ -42,8 +45,6 @@ from hango.agent.stack import discover
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_allowlist import ToolAllowlistMiddleware
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Span
 
 
 def new_state() -> State:

@@ -11,8 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import hango_repair
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Span
+
+import hango_repair
 from hango import (
     STACK_ORDER,
     Message,
@@ -35,10 +40,6 @@ from hango.provider.events import StreamEvent
 from hango.testing import TestHarness, agent_harness
 from hango_repair import INTERRUPTED, RepairToolCallsMiddleware, repair_history
 from hango_repair.middleware import HISTORY_REPAIRED, RESULTS_ADDED, RESULTS_DROPPED
-from hypothesis import given
-from hypothesis import strategies as st
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Span
 
 
 def new_state(messages: list[Message]) -> State:

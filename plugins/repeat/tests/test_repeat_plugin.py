@@ -10,8 +10,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import hango_repeat
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Span
+
+import hango_repeat
 from hango import (
     STACK_ORDER,
     ConfigError,
@@ -42,8 +45,6 @@ from hango_repeat import (
     canonical_json,
     fnv1a_64,
 )
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Span
 
 
 def new_state() -> State:

@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import hango_todo
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Span
+
+import hango_todo
 from hango import (
     STACK_ORDER,
     Message,
@@ -34,8 +37,6 @@ from hango.agent.stack import discover
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_todo import WRITE_TODOS, TodoMiddleware, render_plan
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Span
 
 PLAN = [
     {"content": "Read the limits", "status": "completed"},

@@ -11,6 +11,7 @@ message whose calls lack results, that batch is finished first (only the missing
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -163,7 +164,8 @@ async def run_loop(
         problem = validators.error(tool.spec, call.input)
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
-        return await tool.call(call.input, ToolContext(treq.state, call))
+        # A copy: a tool that keeps or mutates its arguments must not change the history.
+        return await tool.call(copy.deepcopy(call.input), ToolContext(treq.state, call))
 
     async def run_batch(calls: tuple[ToolUseBlock, ...], tools: Mapping[str, Tool]) -> None:
         for call in calls:

@@ -103,7 +103,8 @@ def store_private(state: State, name: str, value: object) -> None:
     """
     raw = CONVERTER.unstructure(value)
     try:
-        json.dumps(raw)
+        # allow_nan=False: NaN and Infinity are not JSON, and PostgreSQL's jsonb rejects them.
+        json.dumps(raw, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StateError(name, "$", f"not JSON-serialisable: {exc}") from exc
     state.private[name] = raw

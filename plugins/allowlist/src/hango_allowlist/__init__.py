@@ -7,7 +7,6 @@ Installed through the ``hango`` entry point ``allowlist``. The policy is the age
 from __future__ import annotations
 
 import hango
-
 from hango_allowlist.middleware import ToolAllowlistMiddleware
 
 __all__ = ["ToolAllowlistMiddleware", "hango_middleware"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Set
 
 import attrs
+
 from hango import (
     ModelHandler,
     ModelRequest,

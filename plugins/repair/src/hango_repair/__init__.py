@@ -7,7 +7,6 @@ Installed through the ``hango`` entry point ``repair``; ``hango_middleware`` pro
 from __future__ import annotations
 
 import hango
-
 from hango_repair.history import INTERRUPTED, Repair, repair_history
 from hango_repair.middleware import RepairToolCallsMiddleware
 

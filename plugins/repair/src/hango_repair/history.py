@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from attrs import frozen
+
 from hango import Message, ToolResultBlock, ToolUseBlock
 from hango.provider.messages import Block
 

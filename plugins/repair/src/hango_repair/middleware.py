@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Final
 
 from hango import State, telemetry
-
 from hango_repair.history import repair_history
 
 #: Span event recorded when a history was repaired, with the two counts below.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hango
 from hango.config import int_setting
-
 from hango_repeat.keys import call_key, canonical_json, fnv1a_64
 from hango_repeat.middleware import (
     DEFAULT_THRESHOLD,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from attrs import define, field
+
 from hango import (
     State,
     ToolCallRequest,
@@ -21,7 +22,6 @@ from hango import (
     store_private,
     telemetry,
 )
-
 from hango_repeat.keys import call_key
 
 THRESHOLD_VARIABLE: Final = "HANGO_REPEAT_CALL_THRESHOLD"

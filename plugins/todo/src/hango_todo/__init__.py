@@ -7,7 +7,6 @@ Installed through the ``hango`` entry point ``todo``; ``hango_middleware`` provi
 from __future__ import annotations
 
 import hango
-
 from hango_todo.middleware import TodoMiddleware, render_plan
 from hango_todo.write_todos import TOOL_NAME, WRITE_TODOS, TodoError, WriteTodos, parse_todos
 

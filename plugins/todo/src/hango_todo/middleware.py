@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Final
 
 from hango import State, TextBlock, Todo, Tool
-
 from hango_todo.write_todos import TOOL_NAME, WRITE_TODOS, counts
 
 PLAN_HEADING: Final = "Current plan"
