@@ -16,17 +16,20 @@ micro
 
 e2e
     One whole run of K tool calls (K + 1 model calls) through ``run_loop`` with an in-memory
-    state, a no-op checkpoint and hango's ``ScriptedModel``, against LangChain v1
-    ``create_agent`` with langchain-core's ``FakeMessagesListChatModel`` replaying the same
-    tool-call script. Each side gets N pass-through model wrappers, N tool wrappers, or N of
-    both. The cost N wrappers add to one model call is ``(run(N model wrappers) - run(0)) /
-    (K + 1)``; to one tool call ``(run(N tool wrappers) - run(0)) / K``.
+    state, a no-op checkpoint and hango's ``ScriptedModel``, three ways: hango's chain; a
+    ``BareOnionChain`` driving the same loop through plain closures of the same depth; and
+    LangChain v1 ``create_agent`` with langchain-core's ``FakeMessagesListChatModel`` replaying
+    the same tool-call script. Each gets N pass-through model wrappers, N tool wrappers, or N
+    of both. The cost N wrappers add to one model call is ``(run(N model wrappers) - run(0)) /
+    (K + 1)``; to one tool call ``(run(N tool wrappers) - run(0)) / K``. Chains and agents are
+    built once per case; ``Chain.build`` and ``create_agent`` are timed on their own.
 
-Every number is the minimum over ``--repeats`` rounds of short samples; in each round every case
-runs once, in a new random order, so drift on a shared machine hits every case alike. Samples
-are short (a few ms) because a short sample is the likeliest to run in one uncontended slice of
-a busy 2-core machine; ratios are taken between the minimums. The title line carries the load
-average: other work on the machine shows there first.
+Every number is the minimum over ``--micro-repeats`` / ``--e2e-repeats`` rounds of short
+samples; in each round every case runs once, in a new random order, so drift on a shared
+machine hits every case alike. Samples are short (a few ms) because a short sample is the
+likeliest to run in one uncontended slice of a busy 2-core machine; ratios are taken between
+the minimums. The title line carries the load average: other work on the machine shows there
+first.
 """
 
 from __future__ import annotations
@@ -431,6 +434,11 @@ async def _build(stack: Sequence[Middleware]) -> Chain:
     return Chain.build(stack)
 
 
+def _calls(k: int, kind: str) -> int:
+    """Model calls ("model") or tool calls ("tool") in a run of K tool calls."""
+    return k + 1 if kind == "model" else k
+
+
 def e2e_tables(best: Mapping[Key, float], k: int, with_lc: bool) -> list[tuple[str, list[str]]]:
     """(title, lines) of the run, per-call and build tables."""
     sides = ["hango", "bare"] + (["langchain"] if with_lc else [])
@@ -455,17 +463,32 @@ def e2e_tables(best: Mapping[Key, float], k: int, with_lc: bool) -> list[tuple[s
 
     def added(side: str, kind: str, n: int) -> float:
         """ns N ``kind`` wrappers add to one model call ("model") or one tool call ("tool")."""
-        calls = k + 1 if kind == "model" else k
-        return (best[side, kind, n] - best[side, "both", 0]) / calls
+        return (best[side, kind, n] - best[side, "both", 0]) / _calls(k, kind)
 
+    # hango's and the bare onion's N = 0 runs do the same work: their gap is the noise floor.
+    noise_run = abs(best["hango", "both", 0] - best["bare", "both", 0])
     per_call = ["| N | call | " + " | ".join(f"{names[s]} +ns" for s in sides) + ratio_heads]
     per_call[0] += " |"
     per_call.append("|---:|---" + "|---:" * len(sides) + ratio_rule + "|")
     for kind in ("model", "tool"):
+        floor = 2 * noise_run / _calls(k, kind)
         for n in DEPTHS[1:]:
             ns = {s: added(s, kind, n) for s in sides}
-            cells = " | ".join(f"{ns[s]:.0f}" for s in sides)
-            per_call.append(f"| {n} | {kind} | {cells}{ratios(ns)} |")
+            quiet = {s: s != "langchain" and abs(ns[s]) <= floor for s in sides}
+            cells = " | ".join(f"{ns[s]:.0f}" + (" (noise)" if quiet[s] else "") for s in sides)
+            row = f"| {n} | {kind} | {cells}"
+            h, b = ns["hango"], ns["bare"]
+            row += " | -" if quiet["hango"] or quiet["bare"] else f" | {h / b:.2f}x"
+            if with_lc:
+                # Within the noise, hango's cost is at most the floor: the ratio is a bound.
+                bound = "≤ " if quiet["hango"] else ""
+                row += f" | {bound}{max(h, floor if quiet['hango'] else h) / ns['langchain']:.3f}x"
+            per_call.append(row + " |")
+    per_call.append("")
+    per_call.append(
+        f"(noise): within twice the noise floor, the gap between hango's and the bare onion's "
+        f"N = 0 runs, which do the same work: {noise_run / 1000:.0f} µs per run."
+    )
 
     builds = [
         "| N | hango Chain.build µs" + (" | LangChain create_agent µs | ratio" if with_lc else ""),
@@ -514,10 +537,12 @@ def header(dists: Sequence[str] = ("hango",)) -> str:
 async def main(args: argparse.Namespace) -> None:
     print(f"# Chain overhead ({header(PEERS)})")
     if args.part in ("micro", "all"):
-        best = await measure(micro_cases(), sample_ms=args.micro_ms, repeats=args.repeats, seed=1)
+        best = await measure(
+            micro_cases(), sample_ms=args.micro_ms, repeats=args.micro_repeats, seed=1
+        )
         lines, met = micro_table(best)
         print(
-            f"\n## micro: ns per call, trivial async base; {args.repeats} rounds of "
+            f"\n## micro: ns per call, trivial async base; {args.micro_repeats} rounds of "
             f"{args.micro_ms:g} ms samples (min per case)\n"
         )
         print("\n".join(lines))
@@ -526,9 +551,9 @@ async def main(args: argparse.Namespace) -> None:
     if args.part in ("e2e", "all"):
         k = args.tool_calls
         cases, with_lc = await e2e_cases(k)
-        best = await measure(cases, sample_ms=args.e2e_ms, repeats=args.repeats, seed=2)
+        best = await measure(cases, sample_ms=args.e2e_ms, repeats=args.e2e_repeats, seed=2)
         print(
-            f"\n## e2e: one run of {k} tool calls ({k + 1} model calls); {args.repeats} "
+            f"\n## e2e: one run of {k} tool calls ({k + 1} model calls); {args.e2e_repeats} "
             f"rounds of {args.e2e_ms:g} ms samples (min per case)\n"
         )
         for title, lines in e2e_tables(best, k, with_lc):
@@ -541,14 +566,15 @@ async def main(args: argparse.Namespace) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
     parser.add_argument("--part", choices=("micro", "e2e", "all"), default="all")
-    parser.add_argument("--repeats", type=int, default=60, help="rounds (min taken)")
+    parser.add_argument("--micro-repeats", type=int, default=150, help="micro: rounds")
     parser.add_argument("--micro-ms", type=float, default=2, help="micro: ms per sample")
+    parser.add_argument("--e2e-repeats", type=int, default=60, help="e2e: rounds")
     parser.add_argument("--e2e-ms", type=float, default=5, help="e2e: ms per sample")
     parser.add_argument("--tool-calls", type=int, default=10, help="e2e: K tool calls per run")
     parser.add_argument("--quick", action="store_true", help="a smoke run with small counts")
     args = parser.parse_args(argv)
     if args.quick:
-        args.repeats, args.micro_ms, args.e2e_ms = 2, 2, 20
+        args.micro_repeats = args.e2e_repeats = 2
     return args
 
 

@@ -7,12 +7,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
 # -- PostgreSQL (tests/store/, tests/test_worker*.py) -------------------------------------------
 
 POSTGRES_HOWTO = (

@@ -129,12 +129,12 @@ async def run_loop(
     """Run ``state`` to the end of the agent's turn.
 
     Turns are counted from the run's own prompt in the history (``turns_taken``), so a resumed
-    run keeps its ``max_turns`` budget. ``stop``, once set,
-    ends the loop at the next turn boundary (after a tool batch, all its results saved) with
-    status ``queued``: the run is whole and another process can continue it (a worker's
-    SIGTERM). Returns the outcome;
-    exceptions from the model (``ModelError``) or a middleware propagate to the caller, after
-    the last checkpoint.
+    run keeps its ``max_turns`` budget. ``stop``, once set, ends the loop at the next turn
+    boundary (after a tool batch, all its results saved) with status ``queued``: the run is
+    whole and another process can continue it (a worker's SIGTERM).
+
+    Returns the outcome. Exceptions from the model (``ModelError``) or a middleware propagate
+    to the caller, after the last checkpoint.
     """
     validators = _Validators()
     usage = Usage()

@@ -1,3 +1,5 @@
+"""Fixtures shared by every test folder of the workspace (core, plugins, cross-package)."""
+
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -10,7 +12,8 @@ from opentelemetry.trace import Span
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+    """Every async test runs on asyncio and on trio (folders needing asyncio override it)."""
+    return str(request.param)
 
 
 @pytest.fixture
