@@ -49,8 +49,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import INVALID_SPAN
 
-from bench.chain import PassBoth, echo, hango_runner, header, measure, new_state
-from hango import telemetry
+from bench.chain import PassBoth, echo, header, loop_runner, measure, new_state
+from hango import Chain, telemetry
 from hango.provider.messages import Message, Request, ToolResultBlock
 from hango.provider.model import Accumulator
 from hango.provider.scripted import ScriptedModel
@@ -207,7 +207,7 @@ def table(phase1: Mapping[str, float], phase2: Mapping[str, float], k: int) -> l
 async def main(args: argparse.Namespace) -> None:
     k = args.tool_calls
     stack = [PassBoth(f"mw{i}") for i in range(STACK_DEPTH)]
-    hango_run = hango_runner(k, stack)
+    hango_run = loop_runner(k, Chain.build(stack))
     bare_run = bare_runner(k)
     check(k, await bare_run())
     check(k, await hango_run())
