@@ -1,7 +1,8 @@
 """The middleware contract: a marker protocol plus five optional capability protocols.
 
 A middleware is any object with a ``name``. What it can do is discovered ONCE, when the chain
-is built, by ``isinstance`` against these runtime-checkable protocols:
+is built, by checking its class against these runtime-checkable protocols (so a capability is
+a method of the class, not an attribute set on one instance):
 
 - ``ModelWrapper``: ``async wrap_model_call(req: ModelRequest, next: ModelHandler)``
   returns ``ModelResponse``
