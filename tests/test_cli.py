@@ -88,6 +88,12 @@ def test_run_json_summary_and_session_continuation(tmp_path: Path) -> None:
         ('name = "t"\nmodel = "scripted:s.toml"\ntools = ["nowhere:thing"]\n', "tools[0]"),
         ('name = "t"\nmodel = "carrier-pigeon:x"\n', "carrier-pigeon"),
         ('name = "t\n', "agent.toml"),
+        ('name = 5\nmodel = "scripted:s.toml"\n', "$.name"),
+        ('name = "t"\nmodel = "scripted:s.toml"\nmax_turns = true\n', "$.max_turns"),
+        ('name = "t"\nmodel = "scripted:s.toml"\nmax_turns = 0\n', "$.max_turns"),
+        ('name = "t"\nmodel = "scripted:s.toml"\nmax_tokens = 2.5\n', "$.max_tokens"),
+        ('name = "t"\nmodel = "scripted:s.toml"\ntool_allowlist = "add"\n', "$.tool_allowlist"),
+        ('name = "t"\nmodel = "scripted:s.toml"\ntools = "m:add"\n', "$.tools"),
     ],
 )
 def test_bad_agent_file_is_one_clear_line(tmp_path: Path, agent_text: str, expected: str) -> None:
@@ -235,3 +241,55 @@ def test_ctrl_c_in_a_terminal_saves_cancelled_and_resume_finishes(
     assert len(results) == 3
     again = hango("resume", run["run_id"], cwd=tmp_path)
     assert again.returncode == 2 and "already completed" in again.stderr
+
+
+def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
+    """kill -9 leaves a foreground run marked running: resume refuses it (its process might
+    still be executing it) until told with --force that the process is gone."""
+    (tmp_path / "sleepy.py").write_text(
+        textwrap.dedent(
+            '''
+            import pathlib, time
+            from hango import tool
+
+            @tool
+            def nap(seconds: float) -> str:
+                """Sleep, unless told to hurry."""
+                if not pathlib.Path(__file__).with_name("fast").exists():
+                    time.sleep(seconds)
+                return "rested"
+            '''
+        )
+    )
+    agent = write_agent(
+        tmp_path,
+        '[[turns]]\ntool_calls = [{ name = "nap", input = { seconds = 60 } }]\n'
+        '[[turns]]\ntext = "Done."\n',
+        extra='tools = ["sleepy:nap"]\n',
+    )
+    env = os.environ | {"HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hango", "run", "--agent", str(agent), "go"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout or "[]")
+        shown = listed and json.loads(
+            hango("runs", "show", listed[0]["run_id"], "--json", cwd=tmp_path).stdout
+        )
+        if shown and len(shown["messages"]) >= 2:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    (run,) = json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)
+    assert run["status"] == "running"
+    refused = hango("resume", run["run_id"], cwd=tmp_path)
+    assert refused.returncode == 2 and "--force" in refused.stderr
+    (tmp_path / "fast").touch()
+    forced = hango("resume", "--force", run["run_id"], cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)[0]["status"] == (
+        "completed"
+    )

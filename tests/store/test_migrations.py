@@ -54,6 +54,14 @@ def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
     assert (code, out) == (0, "rolled back 0003.run-queue, 0002.run-state; now at 0001.base\n")
     code, out = hango("db", "current", "--db", empty_url, "--json")
     assert json.loads(out) == {"applied": ["0001.base"], "pending": HEAD[1:]}
+    code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
+    assert code == 2 and "only 1 migrations are applied" in out
+    code, out = hango("db", "downgrade", "--db", empty_url)
+    assert code == 2 and "--yes" in out
+    assert hango("db", "downgrade", "--yes", "--db", empty_url) == (
+        0,
+        "rolled back 0001.base; now at an empty schema\n",
+    )
 
 
 @pytest.mark.anyio

@@ -213,6 +213,7 @@ def run(
 @click.option("--model", help="Override the agent's model.")
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server.")
 @click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
+@click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
 @db_option
 @json_option
 @click.argument("run_id")
@@ -220,6 +221,7 @@ def resume(
     model: str | None,
     base_url: str | None,
     trace: str | None,
+    force: bool,
     db: str | None,
     as_json: bool,
     run_id: str,
@@ -240,6 +242,12 @@ def resume(
                 raise StoreError(
                     f"run {rid} is held by worker {record.lease_owner} until "
                     f"{expires:%H:%M:%S} UTC; resume it after its lease expires"
+                )
+            if record.status is RunStatus.RUNNING and expires is None and not force:
+                # A foreground `hango run` holds no lease: it may still be executing.
+                raise StoreError(
+                    f"run {rid} is running, perhaps in another `hango run`; if that process "
+                    "is gone (killed, machine lost), resume with --force"
                 )
             agent_record = await store.get_agent(tenant, record.agent_id)
             agent = AgentDefinition.from_json(agent_record.definition)
@@ -286,13 +294,18 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
         if as_json:
             console.print_json(json.dumps([_run_json(r) for r in records]))
             return
-        table = Table("run", "status", "session", "updated", "error")
+        # Whole run ids, never cut: they are what `runs show` and `resume` take (`runs show`
+        # prints the session id that `--session` takes).
+        table = Table(box=None)
+        table.add_column("run", no_wrap=True, min_width=36)
+        table.add_column("status", no_wrap=True)
+        table.add_column("updated", no_wrap=True)
+        table.add_column("error", overflow="fold")
         for r in records:
             table.add_row(
                 str(r.id),
                 r.status.value,
-                str(r.session_id)[:8],
-                r.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+                r.updated_at.strftime("%m-%d %H:%M:%S"),
                 r.error or "",
             )
         console.print(table)
@@ -332,6 +345,7 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
     from hango.agent.state import load_state
 
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
+    console.print(f"session {record.session_id}", style="dim")
     if record.error:
         console.print(f"error: {record.error}", markup=False, style="red")
     for m in messages:
@@ -450,14 +464,22 @@ def db_upgrade(db: str | None, as_json: bool) -> None:
     type=click.IntRange(min=1),
     help="How many migrations to roll back, newest first.",
 )
+@click.option("--yes", is_flag=True, help="Confirm rolling back the base schema (all runs).")
 @db_option
 @json_option
-def db_downgrade(steps: int, db: str | None, as_json: bool) -> None:
+def db_downgrade(steps: int, yes: bool, db: str | None, as_json: bool) -> None:
     """Roll back the newest migrations. Their data goes: rolling back 0002.run-state drops
-    every run's saved state (runs.state_json)."""
+    every run's saved state (runs.state_json); rolling back 0001.base, every run."""
     from hango.store import migrate
 
     url = _db_url(db)
+    applied = _migrate(migrate.current, url)
+    if steps > len(applied):
+        raise click.UsageError(f"--steps {steps}: only {len(applied)} migrations are applied")
+    if "0001.base" in applied[-steps:] and not yes:
+        raise click.UsageError(
+            "this rolls back 0001.base, deleting every run, session and message; add --yes to do it"
+        )
     rolled_back = _migrate(lambda u: migrate.downgrade(u, steps), url)
     current = _migrate(migrate.current, url)
     now_at = current[-1] if current else "an empty schema"

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import cattrs
+import jsonschema
 from attrs import frozen
 
 from hango.config import ConfigError
@@ -38,9 +38,28 @@ class AgentFileError(ConfigError):
     """An agent file is unreadable or invalid; the message names the file and the field."""
 
 
-def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+
+#: The agent document, checked before it is structured: cattrs alone would turn ``5`` into
+#: ``"5"`` or a string into a list of its letters, and the user must hear about it instead.
+AGENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "model": {"type": "string", "minLength": 1},
+        "system": _STRINGS,
+        "tools": {"type": "array", "items": {"type": "string", "pattern": "^[^:]+:[^:]+$"}},
+        # null: absent (what ``to_json`` stores for an agent without one); TOML has no null.
+        "tool_allowlist": {"anyOf": [_STRINGS, {"type": "null"}]},
+        "max_turns": {"type": "integer", "minimum": 1},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "base_url": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]},
+        "base_dir": {"type": "string"},
+    },
+    "required": ["name", "model"],
+    "additionalProperties": False,
+}
+_VALIDATOR = jsonschema.Draft202012Validator(AGENT_SCHEMA)
 
 
 @frozen
@@ -52,8 +71,8 @@ class AgentDefinition:
     system: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     tool_allowlist: tuple[str, ...] | None = None
-    max_turns: int = attrs.field(default=25, validator=_positive)
-    max_tokens: int = attrs.field(default=4096, validator=_positive)
+    max_turns: int = 25
+    max_tokens: int = 4096
     base_url: str | None = None
     base_dir: str = "."
 
@@ -72,11 +91,11 @@ class AgentDefinition:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, source: str = "agent") -> AgentDefinition:
-        try:
-            return _converter.structure(doc, cls)
-        except Exception as exc:
-            detail = "; ".join(cattrs.transform_error(exc, path="$"))
-            raise AgentFileError(f"{source}: {detail}") from None
+        """Validate ``doc`` against ``AGENT_SCHEMA``; raises ``AgentFileError`` naming the field."""
+        error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(doc))
+        if error is not None:
+            raise AgentFileError(f"{source}: {error.json_path}: {error.message}")
+        return _converter.structure(doc, cls)
 
     def to_json(self) -> dict[str, Any]:
         return _converter.unstructure(self)  # type: ignore[no-any-return]

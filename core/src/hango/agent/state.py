@@ -62,7 +62,12 @@ class StateError(Exception):
     itself) and ``path`` the bad field, for example ``$.counts['abc']``."""
 
     def __init__(self, middleware: str, path: str, detail: str) -> None:
-        super().__init__(f"state of middleware {middleware!r} is malformed at {path}: {detail}")
+        owner = (
+            "run state (state_json)"
+            if middleware == "state"
+            else f"state of middleware {middleware!r}"
+        )
+        super().__init__(f"{owner} is malformed at {path}: {detail}")
         self.middleware = middleware
         self.path = path
         self.detail = detail
@@ -73,7 +78,12 @@ def _first_error(exc: Exception, root: str) -> tuple[str, str]:
     messages = cattrs.transform_error(exc, path=root)
     first = messages[0] if messages else str(exc)
     detail, _, path = first.rpartition(" @ ")
-    return (path, detail) if detail else (root, first)
+    if not detail:
+        return root, first
+    # cattrs says "unknown error (bogus not in literal ...)" for a bad Literal value.
+    if detail.startswith("unknown error (") and detail.endswith(")"):
+        detail = detail.removeprefix("unknown error (")[:-1]
+    return path, detail
 
 
 def load_private(

@@ -122,11 +122,17 @@ class Accumulator:
         return ModelResponse(Message("assistant", blocks), self._stop.stop_reason, self._stop.usage)
 
 
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _decode_arguments(raw: str) -> object:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        # NaN and Infinity are not JSON (RFC 8259); Python would accept them and PostgreSQL
+        # would then refuse to store the message.
+        return json.loads(raw, parse_constant=_not_json)
     except ValueError:
         return raw
 

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind
 
 from hango import telemetry
 from hango.agent.chain import Chain
-from hango.agent.definition import AgentDefinition
+from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
@@ -91,9 +91,8 @@ class Harness:
         Raises ``AgentFileError`` (a tool path does not import), ``ConfigError`` (a plugin
         setting is invalid) or ``PluginError`` before recording anything.
         """
-        if self.tools is None:
-            agent.load_tools()
-        Chain.build(self.stack(self.stack_config(agent)))
+        registry = self.tools if self.tools is not None else agent.load_tools()
+        _check_tools(agent, registry, Chain.build(self.stack(self.stack_config(agent))))
         record = await self.store.put_agent(self.tenant_id, agent.name, agent.to_json())
         return await self.store.create_run(
             self.tenant_id, record.id, Message.user(message), session_id=session_id, status=status
@@ -277,6 +276,26 @@ class _Saver:
             status=RunStatus.FAILED,
             state=None,
             error=error,
+        )
+
+
+def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
+    """Tool names are unique across the agent and its plugins, and the allowlist names only
+    tools that exist; ``AgentFileError`` otherwise (before the run is recorded)."""
+    probe = State(DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT)
+    names = [t.spec.name for t in registry.view()]
+    for t in chain.tools(probe):
+        if t.spec.name in names:
+            raise AgentFileError(
+                f"agent {agent.name!r}: a plugin's tool {t.spec.name!r} has the name of one of "
+                "the agent's tools; rename the agent's"
+            )
+        names.append(t.spec.name)
+    unknown = sorted(set(agent.tool_allowlist or ()) - set(names))
+    if unknown:
+        raise AgentFileError(
+            f"agent {agent.name!r}: tool_allowlist names tools nothing provides: "
+            f"{', '.join(unknown)} (available: {', '.join(names) or 'none'})"
         )
 
 

@@ -55,7 +55,7 @@ def _as_result(value: object) -> ToolResult:
         return value
     if isinstance(value, str):
         return ToolResult(value)
-    return ToolResult(json.dumps(value, ensure_ascii=False, default=str))
+    return ToolResult(json.dumps(value, ensure_ascii=False, default=str, allow_nan=False))
 
 
 def _schema(func: Callable[..., Any]) -> tuple[dict[str, Any], str | None]:
