@@ -337,7 +337,7 @@ async def test_corrupt_state_fails_only_its_own_run_naming_the_middleware_and_fi
     )
     assert done[2].status is RunStatus.FAILED
     assert done[2].error is not None
-    assert "middleware 'state'" in done[2].error and "$.todos[0].status" in done[2].error
+    assert "run state (state_json)" in done[2].error and "$.todos[0].status" in done[2].error
     if backend == "sqlite":
         assert done[3].status is RunStatus.FAILED
         assert done[3].error == str(StateError("state", "$", "state_json is not an object"))
@@ -464,16 +464,24 @@ async def _echo_work(label: str) -> str:
 
 class HangingRenewals:
     """The real store, except that lease renewals never answer (a database that went away
-    without closing the connection)."""
+    without closing the connection), and only one claim is granted, so the handed-back run
+    stays queued for the test to see instead of being claimed again at once."""
 
     def __init__(self, store: RunStore) -> None:
         self._store = store
+        self._claimed = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     async def renew_lease(self, lease: Any) -> Any:
         await anyio.sleep_forever()
+
+    async def claim_run(self, *args: Any, **kwargs: Any) -> Any:
+        if self._claimed:
+            return None
+        self._claimed = True
+        return await self._store.claim_run(*args, **kwargs)
 
 
 async def test_a_worker_that_cannot_renew_stops_the_run_before_its_lease_expires(
