@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from attrs import frozen
 
 from hango.agent.events import RunStatus
+from hango.convert import message_from_json
 from hango.provider.messages import JSON, Message, StopReason
 
 #: Statuses a run can be resumed from.
@@ -234,3 +235,15 @@ def agent_id_for(tenant_id: uuid.UUID, canonical_definition: str) -> uuid.UUID:
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def corrupt_message(session_id: uuid.UUID, seq: int, exc: Exception) -> StoreError:
+    return StoreError(f"message {seq} of session {session_id} is corrupt: {exc}")
+
+
+def message_from_row(session_id: uuid.UUID, seq: int, role: str, content: Any) -> Message:
+    """A stored message (decoded JSON ``content``); ``StoreError`` naming the row if malformed."""
+    try:
+        return message_from_json({"role": role, "content": content})
+    except ValueError as exc:
+        raise corrupt_message(session_id, seq, exc) from exc

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from hango.agent.events import RunStatus
-from hango.convert import message_from_json, message_to_json
+from hango.convert import message_to_json
 from hango.provider.messages import Message, StopReason
 from hango.store import migrate
 from hango.store.base import (
@@ -39,6 +39,7 @@ from hango.store.base import (
     StaleVersion,
     StoreError,
     agent_id_for,
+    message_from_row,
 )
 
 _Conn = psycopg.AsyncConnection[DictRow]
@@ -292,15 +293,9 @@ class PostgresRunStore:
                 (tenant_id, session_id),
             )
             rows = await cur.fetchall()
-        out = []
-        for row in rows:
-            try:
-                out.append(message_from_json({"role": row["role"], "content": row["content"]}))
-            except ValueError as exc:
-                raise StoreError(
-                    f"message {row['seq']} of session {session_id} is corrupt: {exc}"
-                ) from exc
-        return out
+        return [
+            message_from_row(session_id, row["seq"], row["role"], row["content"]) for row in rows
+        ]
 
     async def save_run(
         self,

@@ -20,7 +20,7 @@ import anyio.to_thread
 import attrs
 
 from hango.agent.events import RunStatus
-from hango.convert import message_from_json, message_to_json
+from hango.convert import message_to_json
 from hango.provider.messages import Message, StopReason
 from hango.store import migrate
 from hango.store.base import (
@@ -33,6 +33,8 @@ from hango.store.base import (
     StaleVersion,
     StoreError,
     agent_id_for,
+    corrupt_message,
+    message_from_row,
     utcnow,
 )
 
@@ -291,13 +293,10 @@ class SqliteRunStore:
         out = []
         for row in await self._call(fetch):
             try:
-                out.append(
-                    message_from_json({"role": row["role"], "content": json.loads(row["content"])})
-                )
+                content = json.loads(row["content"])
             except ValueError as exc:
-                raise StoreError(
-                    f"message {row['seq']} of session {session_id} is corrupt: {exc}"
-                ) from exc
+                raise corrupt_message(session_id, row["seq"], exc) from exc
+            out.append(message_from_row(session_id, row["seq"], row["role"], content))
         return out
 
     async def save_run(
