@@ -28,12 +28,13 @@ from hango.agent.state import StateError
 from hango.config import Config, ConfigError, hango_settings
 from hango.convert import message_to_json
 from hango.plugins import PluginError, make_plugin_manager
-from hango.provider.model import Model, ModelError
+from hango.provider.model import ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist
+from hango.run import Harness
 from hango.store import StoreError, open_store
-from hango.store.base import RunRecord, RunStore
+from hango.store.base import RunRecord
 
 T = TypeVar("T")
 
@@ -114,11 +115,8 @@ def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
     }
 
 
-async def _execute(store: RunStore, run: RunRecord, *, model: Model, as_json: bool) -> int:
-    """Execute ``run`` with ``model``, rendering events; returns the exit code."""
-    from hango.run import Harness
-
-    harness = Harness(store, tenant_id=run.tenant_id, model=model)
+async def _execute(harness: Harness, run: RunRecord, *, as_json: bool) -> int:
+    """Execute ``run``, rendering events; returns the exit code."""
     renderer = Renderer(console)
     emit: Callable[[Event], Awaitable[None]] = _quiet if as_json else renderer.event
     finished: RunFinished | None = None
@@ -197,12 +195,10 @@ def run(
         built = agent.build_model(model, base_url)  # a bad model or script fails before any run
         store = await open_store(_db_url(db))
         try:
-            from hango.run import Harness
-
-            record = await Harness(store, tenant_id=Config.from_env().tenant_id).start(
-                agent, message, session_id=session_id
-            )
-            return await _execute(store, record, model=built, as_json=as_json)
+            # One harness starts and executes the run: plugins are loaded once.
+            harness = Harness(store, tenant_id=Config.from_env().tenant_id, model=built)
+            record = await harness.start(agent, message, session_id=session_id)
+            return await _execute(harness, record, as_json=as_json)
         finally:
             await store.aclose()
 
@@ -251,8 +247,8 @@ def resume(
                 )
             agent_record = await store.get_agent(tenant, record.agent_id)
             agent = AgentDefinition.from_json(agent_record.definition)
-            built = agent.build_model(model, base_url)
-            return await _execute(store, record, model=built, as_json=as_json)
+            harness = Harness(store, tenant_id=tenant, model=agent.build_model(model, base_url))
+            return await _execute(harness, record, as_json=as_json)
         finally:
             await store.aclose()
 
@@ -533,8 +529,6 @@ def submit(
     session_id = _parse_uuid(session, "session") if session else None
 
     async def main_() -> RunRecord:
-        from hango.run import Harness
-
         agent = AgentDefinition.from_file(agent_path)
         store = await open_store(_db_url(db))
         try:
@@ -593,7 +587,6 @@ def worker(
     it back in the queue; a second one cancels the runs at once (also saved and queued)."""
     import logging
 
-    from hango.run import Harness
     from hango.run.worker import Worker
     from hango.telemetry_setup import configure_telemetry
 
