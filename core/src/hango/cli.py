@@ -93,6 +93,14 @@ db_option = click.option(
     "--db", "db", metavar="URL", help="sqlite:///PATH or postgresql://... (env HANGO_DATABASE_URL)"
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+agent_option = click.option(
+    "--agent",
+    "agent_path",
+    type=click.Path(path_type=Path),
+    default="agent.toml",
+    show_default=True,
+    help="The agent file.",
+)
 
 
 @click.group()
@@ -155,14 +163,7 @@ async def _quiet(_: Event) -> None:
 
 
 @main.command()
-@click.option(
-    "--agent",
-    "agent_path",
-    type=click.Path(path_type=Path),
-    default="agent.toml",
-    show_default=True,
-    help="The agent file.",
-)
+@agent_option
 @click.option(
     "--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME."
 )
@@ -510,14 +511,7 @@ def db_current(db: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.option(
-    "--agent",
-    "agent_path",
-    type=click.Path(path_type=Path),
-    default="agent.toml",
-    show_default=True,
-    help="The agent file.",
-)
+@agent_option
 @click.option("--session", "session", help="Continue this session (a UUID) with a new message.")
 @db_option
 @json_option
