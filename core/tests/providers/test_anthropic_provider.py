@@ -189,7 +189,9 @@ async def test_stream_events_of_a_recorded_tool_call() -> None:
         ToolInputDelta(0, ""),
         ToolInputDelta(0, '{"command": "python3 -c \\"print(2 + 2)\\""}'),
         ToolUseStop(0),
-        MessageStop(StopReason.TOOL_USE, Usage(774, 65)),
+        MessageStop(
+            StopReason.TOOL_USE, Usage(774, 65), "msg_016qmMxFjrLSYY2paN55KqFC", "claude-sonnet-4-6"
+        ),
     ]
 
 

@@ -185,7 +185,12 @@ async def test_stream_events_accumulate_per_tool_call_index() -> None:
         ToolInputDelta(1, "{}"),
         ToolUseStop(0),
         ToolUseStop(1),
-        MessageStop(StopReason.TOOL_USE, Usage(364, 40)),
+        MessageStop(
+            StopReason.TOOL_USE,
+            Usage(364, 40),
+            "chatcmpl-C2QD1kGWsTW5OWiqAtOSFEAOfPfQH",
+            "gpt-4o-2024-08-06",
+        ),
     ]
 
 

@@ -140,11 +140,11 @@ async def run_loop(
     usage = Usage()
     stop_reason: StopReason | None = None
 
-    provider_name = telemetry.provider_name(model)
+    model_attributes = telemetry.model_attributes(model)
 
     async def call_model(mreq: ModelRequest) -> ModelResponse:
         req = mreq.request
-        with telemetry.chat_span(req, provider_name) as chat:
+        with telemetry.chat_span(req, model_attributes) as chat:
             acc = Accumulator()
             async for event in model.stream(req):
                 acc.add(event)
@@ -171,19 +171,11 @@ async def run_loop(
         for call in calls:
             await emit(ToolCallStarted(call))
             todos_before = state.todos
-            with telemetry.tracer.start_as_current_span(
-                f"execute_tool {call.name}",
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": call.name,
-                    "gen_ai.tool.call.id": call.id,
-                },
-            ) as span:
+            with telemetry.tool_span(call) as span:
                 result = await chain.tool_call(
                     ToolCallRequest(call, tools.get(call.name), state), execute
                 )
-                if result.is_error and span.is_recording():
-                    span.set_attribute("error.type", "tool_error")
+                span.finished(result)
             _add_result(state.messages, ToolResultBlock(call.id, result.content, result.is_error))
             await checkpoint(state)
             await emit(ToolCallFinished(call, result))

@@ -61,8 +61,13 @@ class ToolUseStop:
 
 @frozen
 class MessageStop:
+    """The end of the message. ``response_id`` and ``response_model`` are the provider's id of
+    the response and the model that answered, when it says (``gen_ai.response.*`` on spans)."""
+
     stop_reason: StopReason
     usage: Usage
+    response_id: str | None = None
+    response_model: str | None = None
 
 
 StreamEvent: TypeAlias = (

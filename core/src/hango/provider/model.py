@@ -38,11 +38,14 @@ class ModelError(Exception):
 
 @frozen
 class ModelResponse:
-    """The assistant message of one model call, its stop reason and its usage."""
+    """The assistant message of one model call, its stop reason and its usage; ``id`` and
+    ``model`` are the provider's response id and answering model, when it gave them."""
 
     message: Message
     stop_reason: StopReason
     usage: Usage
+    id: str | None = None
+    model: str | None = None
 
 
 @runtime_checkable
@@ -119,7 +122,14 @@ class Accumulator:
         if self._stop is None:
             raise ModelError("model stream ended without a message stop")
         blocks = tuple(part.block() for _, part in sorted(self._parts.items()))
-        return ModelResponse(Message("assistant", blocks), self._stop.stop_reason, self._stop.usage)
+        stop = self._stop
+        return ModelResponse(
+            Message("assistant", blocks),
+            stop.stop_reason,
+            stop.usage,
+            stop.response_id,
+            stop.response_model,
+        )
 
 
 def _not_json(constant: str) -> object:

@@ -186,6 +186,9 @@ class Harness:
                 chain = Chain.build(self.stack(config))
                 span.add_event(telemetry.MIDDLEWARE_STACK, {"hango.middleware.names": chain.names})
                 model = self.model or agent.build_model(self.model_spec)
+                # The provider's model name (spans, requests), not the agent's spec.
+                model_name = getattr(model, "name", agent.model)
+                telemetry.agent_model(span, telemetry.model_attributes(model), model_name)
                 registry = self.tools if self.tools is not None else agent.load_tools()
                 view = registry.view(agent.tool_allowlist)
                 await checkpoint(state)
@@ -198,8 +201,7 @@ class Harness:
                     model=model,
                     view=view,
                     settings=LoopSettings(
-                        # The provider's model name (spans, requests), not the agent's spec.
-                        getattr(model, "name", agent.model),
+                        model_name,
                         agent.system_blocks,
                         agent.max_turns,
                         agent.max_tokens,
@@ -228,6 +230,7 @@ class Harness:
                 await saver.save(
                     state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
                 )
+            telemetry.agent_finished(span, outcome.usage, state.messages[run.message_start :])
             finished = RunFinished(
                 run_id, outcome.status, outcome.stop_reason, outcome.error, outcome.usage
             )
