@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hango.store.base import (
     AgentRecord,
+    AmbiguousId,
     Lease,
     LeaseLost,
     NotFound,
@@ -14,6 +15,7 @@ from hango.store.base import (
     SessionBusy,
     StaleVersion,
     StoreError,
+    resolve_id,
 )
 from hango.store.migrate import backend_kind
 
@@ -32,6 +34,7 @@ async def open_store(url: str) -> RunStore:
 
 __all__ = [
     "AgentRecord",
+    "AmbiguousId",
     "Lease",
     "LeaseLost",
     "NotFound",
@@ -43,4 +46,5 @@ __all__ = [
     "StaleVersion",
     "StoreError",
     "open_store",
+    "resolve_id",
 ]

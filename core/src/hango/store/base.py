@@ -10,13 +10,16 @@ import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 from attrs import frozen
 
 from hango.agent.events import RunStatus
 from hango.convert import message_from_json
 from hango.provider.messages import JSON, Message, StopReason
+
+#: What ``RunStore.ids_between`` looks up.
+IdKind: TypeAlias = Literal["run", "session"]
 
 #: Statuses a run can be resumed from.
 RESUMABLE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED})
@@ -34,6 +37,10 @@ class StaleVersion(StoreError):
     """A save carried a version older than the run's: another writer saved in between.
 
     Nothing was written."""
+
+
+class AmbiguousId(StoreError):
+    """An id prefix matches more than one run or session (the message lists them)."""
 
 
 class SessionBusy(StoreError):
@@ -157,6 +164,20 @@ class RunStore(Protocol):
         """Newest first."""
         ...
 
+    async def ids_between(
+        self,
+        tenant_id: uuid.UUID,
+        kind: IdKind,
+        low: uuid.UUID,
+        high: uuid.UUID,
+        *,
+        limit: int = 10,
+    ) -> list[uuid.UUID]:
+        """The tenant's run ids (``kind="run"``) or session ids (``"session"``) from ``low`` to
+        ``high`` inclusive, in id order, at most ``limit``: what an id prefix matches (see
+        ``resolve_id``), looked up through the primary key."""
+        ...
+
     async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
         """The session's history in order. Raises ``StoreError`` naming the row of a message
         that does not decode."""
@@ -247,3 +268,50 @@ def message_from_row(session_id: uuid.UUID, seq: int, role: str, content: Any) -
         return message_from_json({"role": role, "content": content})
     except ValueError as exc:
         raise corrupt_message(session_id, seq, exc) from exc
+
+
+#: The shortest id prefix ``resolve_id`` accepts, as git does for object names.
+MIN_PREFIX = 4
+
+
+def prefix_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The smallest and the largest UUID whose text starts with ``prefix`` (case-insensitive;
+    dashes may be left out). Raises ``ValueError`` for a character that is not a hex digit or
+    a dash in its place, or more than 32 digits."""
+    text = prefix.strip().lower()
+    digits = text.replace("-", "")
+    canonical = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+    dashes_fit = all(canonical[i] == "-" for i, c in enumerate(text) if c == "-")
+    if (
+        not digits
+        or len(digits) > 32
+        or len(text) > len(canonical)
+        or not dashes_fit
+        or any(c not in "0123456789abcdef" for c in digits)
+    ):
+        raise ValueError(f"{prefix!r} is not a UUID or the start of one")
+    pad = 32 - len(digits)
+    return uuid.UUID(digits + "0" * pad), uuid.UUID(digits + "f" * pad)
+
+
+async def resolve_id(store: RunStore, tenant_id: uuid.UUID, kind: IdKind, text: str) -> uuid.UUID:
+    """The run or session id that ``text`` names: a whole UUID, or a prefix of at least
+    ``MIN_PREFIX`` characters that starts exactly one of the tenant's ids (as git takes object
+    names). Raises ``ValueError`` for text that is neither, ``NotFound`` when no id starts
+    with it, ``AmbiguousId`` (listing the candidates) when several do."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        pass
+    low, high = prefix_range(text)
+    if len(text.replace("-", "")) < MIN_PREFIX:
+        raise ValueError(
+            f"{text!r} is too short: give at least {MIN_PREFIX} characters of the {kind} id"
+        )
+    found = await store.ids_between(tenant_id, kind, low, high, limit=6)
+    if not found:
+        raise NotFound(f"no {kind} id starts with {text!r}")
+    if len(found) > 1:
+        shown = ", ".join(str(i) for i in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise AmbiguousId(f"{kind} id prefix {text!r} is ambiguous: {shown}")
+    return found[0]
