@@ -59,7 +59,7 @@ async def test_no_match_short_and_malformed_prefixes(store: RunStore, tenant: uu
     with pytest.raises(ValueError, match="at least 4"):
         await resolve_id(store, tenant, "run", str(run_id)[:3])
     for bad in ("xyz1", "12345678-12-", "0" * 33):
-        with pytest.raises(ValueError, match="not a UUID"):
+        with pytest.raises(ValueError, match="is not a run id"):
             await resolve_id(store, tenant, "run", bad)
     # Another tenant's ids are invisible, prefixes included.
     with pytest.raises(NotFound):

@@ -303,10 +303,13 @@ async def resolve_id(store: RunStore, tenant_id: uuid.UUID, kind: IdKind, text: 
         return uuid.UUID(text)
     except ValueError:
         pass
-    low, high = prefix_range(text)
+    try:
+        low, high = prefix_range(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a {kind} id (a UUID or its first characters)") from None
     if len(text.replace("-", "")) < MIN_PREFIX:
         raise ValueError(
-            f"{text!r} is too short: give at least {MIN_PREFIX} characters of the {kind} id"
+            f"{text!r} is too short for a {kind} id: give at least {MIN_PREFIX} characters"
         )
     found = await store.ids_between(tenant_id, kind, low, high, limit=6)
     if not found:
