@@ -548,3 +548,42 @@ def test_the_hint_starts_hango_the_way_that_works_here(
                    options=["--model", "openai:x y"])  # fmt: skip
     assert line.startswith("HANGO_TENANT=t-1 ")
     assert line.endswith("resume abc --db 'sqlite:///my db.sqlite' --model 'openai:x y'")
+
+
+def test_a_slow_tool_shows_a_spinner_with_its_elapsed_time(tmp_path: Path) -> None:
+    (tmp_path / "slow_tool.py").write_text(
+        "import time\nfrom hango import tool\n\n@tool\ndef brew(seconds: float) -> str:\n"
+        '    """Wait."""\n    time.sleep(seconds)\n    return "brewed"\n'
+    )
+    agent = write_agent(
+        tmp_path,
+        '[[turns]]\ntool_calls = [{ name = "brew", input = { seconds = 1.6 } }]\n'
+        '[[turns]]\ntext = "Done."\n',
+        extra='tools = ["slow_tool:brew"]\n',
+    )
+    env = os.environ | {"HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"}
+    pid, fd = spawn_in_terminal(["run", "--agent", str(agent), "go"], tmp_path, env)
+    output = read_all(fd)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, output.decode(errors="replace")
+    # While it ran: a spinner frame (braille dots) with the tool's name and a clock.
+    drawn = ANSI.sub(b"", output).decode()
+    assert re.search(r"[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] brew  1\.\d s", drawn), drawn
+    # Afterwards the spinner is gone and the result says how long the call took.
+    lines = screen_text(output)
+    assert not any("⠋" in line or " brew  1." in line for line in lines)
+    assert any(re.fullmatch(r"  ← brewed  \(1\.\d s\)", line) for line in lines), lines
+
+
+def test_a_failed_run_prints_the_command_that_resumes_it(tmp_path: Path) -> None:
+    # The script ends after a tool call: the next model call fails and so does the run.
+    agent = write_agent(tmp_path, '[[turns]]\ntool_calls = [{ name = "nowhere", input = {} }]\n')
+    failed = hango("run", "--agent", str(agent), "--json", "go", cwd=tmp_path)
+    assert failed.returncode == 1
+    summary = json.loads(failed.stdout)
+    assert summary["status"] == "failed" and summary["answer"] is None
+    words, command = failed.stderr.strip().splitlines()[-2:]
+    assert words == "resume with:"
+    assert f"resume {summary['run_id']} --db sqlite:///" in command
+    assert command.endswith("--json")

@@ -197,11 +197,13 @@ class Renderer:
             parts.append(checklist(self._todos))
         return Group(*parts)
 
-    def _refresh(self) -> None:
-        """Set the live area's content; ``animate`` draws it (at most 10 times a second, so a
-        fast stream does not re-render its markdown on every piece)."""
+    def _refresh(self, *, draw: bool = True) -> None:
+        """Set the live area's content and draw it. Streamed text sets it without drawing:
+        ``animate`` draws it at most 10 times a second, so a fast stream does not re-render its
+        markdown on every piece. (rich prints finished lines above the area as last drawn, so
+        any other change is drawn at once.)"""
         if self._live is not None:
-            self._live.update(self._area())
+            self._live.update(self._area(), refresh=draw)
 
     async def animate(self, interval: float = 0.1) -> None:
         """Redraw the live area every ``interval`` seconds until cancelled (no-op when not
@@ -228,7 +230,7 @@ class Renderer:
             return
         text, self._text = self._text, ""
         if self._live is not None:
-            self._live.update(self._area())
+            self._refresh()
             self._print(Markdown(text))
         else:
             self.console.print()
@@ -253,7 +255,7 @@ class Renderer:
             case TextDelta(text=text):
                 if self._live is not None:
                     self._text += text
-                    self._refresh()
+                    self._refresh(draw=False)
                 else:
                     c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
                     self._text += text
