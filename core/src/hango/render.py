@@ -180,6 +180,8 @@ class Renderer:
         # Cut short (Ctrl-C, an error): keep what streamed, drop the spinner, leave the plan.
         self._end_text()
         self._running = None
+        if self._live is None:
+            self._show_plan()
         if self._live is not None:
             self._live.update(self._area(), refresh=True)
             self._live.__exit__(exc_type, exc, tb)
