@@ -98,7 +98,7 @@ def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
         make_plugin_manager(env={})
 
 
-def test_unplaced_names_are_listed_not_placed(install: Install) -> None:
+def test_names_of_a_plugins_own_are_available_to_agents_not_placed(install: Install) -> None:
     install("hango-custom", "custom", "my_custom_thing")
     pm = make_plugin_manager(env={})
     assert "my_custom_thing" not in [m.name for m in default_stack(StackConfig(), pm)]
@@ -107,7 +107,7 @@ def test_unplaced_names_are_listed_not_placed(install: Install) -> None:
     result = CliRunner().invoke(main, ["plugins", "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
-    assert rows["my_custom_thing"]["slot"] == "unplaced"
+    assert rows["my_custom_thing"]["slot"] == "available to agents"
     assert rows["my_custom_thing"]["distribution"] == "hango-custom"
 
 
@@ -119,15 +119,18 @@ def test_every_hook_is_documented() -> None:
     from hango import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("hango_")]
-    assert hooks == ["hango_middleware"]
+    assert hooks == ["hango_middleware", "hango_options_schema"]
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
-        assert ":param config:" in doc and "Return" in doc
+        assert doc.startswith("Return")
+    assert ":param config:" in (hookspecs.hango_middleware.__doc__ or "")
+    assert "Example::" in (hookspecs.hango_options_schema.__doc__ or "")
     assert hookspecs.__doc__ and "hookimpl" in hookspecs.__doc__
 
 
 def test_stack_order_is_pinned() -> None:
     assert hango.STACK_ORDER == (
         "skills", "filesystem", "subagent", "summarization", "repair_tool_calls", "todo",
-        "repeat_call", "prompt_cache", "memory", "human_in_the_loop", "tool_allowlist",
+        "repeat_call", "limits", "agent", "model_fallback", "prompt_cache", "memory",
+        "human_in_the_loop", "tool_retry", "tool_allowlist",
     )  # fmt: skip
