@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
@@ -41,7 +42,7 @@ from hango.agent.stack import check_options, discover
 from hango.provider.events import StreamEvent
 from hango.provider.model import accumulate
 from hango.store.sqlite import SqliteRunStore
-from hango_fallback import MODELS_VARIABLE, ModelFallbackMiddleware
+from hango_fallback import MODELS_VARIABLE, ModelFallbackMiddleware, model_name
 
 pytestmark = pytest.mark.anyio
 
@@ -421,3 +422,24 @@ async def test_a_switch_lasts_one_call_and_survives_a_kill_and_resume(tmp_path: 
     for document in (killed.state, record.state, record.config):
         assert "backup" not in json.dumps(document)
     assert "model_fallback" not in record.state["private"]
+
+
+# -- the README's agent file -----------------------------------------------------------------
+
+
+def test_the_readme_agent_file_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    blocks = re.findall(r"^```toml\n(.*?)^```", readme.read_text(encoding="utf-8"), re.S | re.M)
+    (text,) = [b for b in blocks if "[options.model_fallback]" in b]
+    (tmp_path / "reviewer.toml").write_text(text, encoding="utf-8")
+    agent = AgentDefinition.from_file(tmp_path / "reviewer.toml")
+    pm = make_plugin_manager(env={})
+    check_options(agent.options, pm, source="README")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    config = StackConfig(middleware_options=agent.options, base_dir=agent.base_dir)
+    ((spec, model),) = hango_fallback.hango_middleware(config=config).models
+    assert (spec, model_name(model), telemetry.provider_name(model)) == (
+        "openai:gpt-4.1",
+        "gpt-4.1",
+        "openai",
+    )
