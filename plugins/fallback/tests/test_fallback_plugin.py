@@ -336,7 +336,7 @@ def test_a_model_that_cannot_be_built_fails_naming_the_entry(
 
 def test_a_bad_default_names_the_variable() -> None:
     config = StackConfig(settings={MODELS_VARIABLE: "nosuch:model"})
-    with pytest.raises(ConfigError, match=rf"{MODELS_VARIABLE}\[0\]: unknown model provider"):
+    with pytest.raises(ConfigError, match=rf"^{MODELS_VARIABLE}\[0\]: unknown model provider"):
         hango_fallback.hango_middleware(config=config)
 
 

@@ -466,3 +466,12 @@ def test_a_conversation_ttl_longer_than_the_prefix_ttl_is_refused_naming_both() 
         "increase along the prompt (tools and system come before the messages) (ttl from "
         "HANGO_PROMPT_CACHE_TTL, messages_ttl from [options.prompt_cache].messages_ttl)"
     )
+
+
+def test_conflicting_variables_are_the_deployments_not_the_agents() -> None:
+    with pytest.raises(ConfigError) as caught:
+        build(HANGO_PROMPT_CACHE_TTL="5m", HANGO_PROMPT_CACHE_MESSAGES_TTL="1h")
+    assert str(caught.value).startswith("prompt_cache: messages_ttl '1h' is longer than ttl")
+    assert str(caught.value).endswith(
+        "(ttl from HANGO_PROMPT_CACHE_TTL, messages_ttl from HANGO_PROMPT_CACHE_MESSAGES_TTL)"
+    )

@@ -67,16 +67,19 @@ def _specs(config: hango.StackConfig) -> tuple[Sequence[str], str]:
 def hango_middleware(config: hango.StackConfig) -> ModelFallbackMiddleware:
     """The fallback middleware with its models built once, here.
 
-    Raises ``hango.ConfigError`` naming the agent, the field and the entry when a spec names
-    no provider or its provider cannot be set up (a missing API key, a missing script), so the
-    mistake shows before a run is recorded.
+    Raises ``hango.ConfigError`` naming the agent's field or the variable, and the entry, when
+    a spec names no provider or its provider cannot be set up (a missing API key, a missing
+    script), so the mistake shows before a run is recorded.
     """
     specs, where = _specs(config)
+    # A table belongs to the agent, a variable to the deployment.
+    if where != MODELS_VARIABLE:
+        where = f"{config.source}: {where}"
     base_dir = None if config.base_dir is None else Path(config.base_dir)
     models = []
     for i, spec in enumerate(specs):
         try:
             models.append((spec, model_from_spec(spec, base_dir=base_dir)))
         except (ModelSpecError, ScriptError) as exc:
-            raise hango.ConfigError(f"{config.source}: {where}[{i}]: {exc}") from None
+            raise hango.ConfigError(f"{where}[{i}]: {exc}") from None
     return ModelFallbackMiddleware(models)

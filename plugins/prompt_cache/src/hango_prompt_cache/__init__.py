@@ -110,4 +110,7 @@ def hango_middleware(config: hango.StackConfig) -> PromptCacheMiddleware:
         return PromptCacheMiddleware(**values)
     except ValueError as exc:
         fields = ", ".join(f"{key} from {where}" for key, where in origin.items())
-        raise hango.ConfigError(f"{config.source}: prompt_cache: {exc} ({fields})") from None
+        # A table belongs to the agent, the variables to the deployment.
+        agent = any(where.startswith("[") for where in origin.values())
+        prefix = f"{config.source}: " if agent else ""
+        raise hango.ConfigError(f"{prefix}prompt_cache: {exc} ({fields})") from None
