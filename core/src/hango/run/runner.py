@@ -155,7 +155,7 @@ class Harness:
     def stack_config(self, agent: AgentDefinition) -> StackConfig:
         """What plugins build a run's middlewares from; the agent's ``[options.*]`` tables are
         validated here (``ConfigError`` naming the table and field)."""
-        source = f"agent {agent.name!r}"
+        source = agent.label
         check_options(agent.options, self.plugins, source=source)
         allowlist = agent.tool_allowlist
         return StackConfig(
@@ -189,6 +189,12 @@ class Harness:
         recorded = run.config.get("stack")
         if recorded is None:
             return self._resolve(agent)
+        # Before the agent's options are checked: a missing plugin is the news, not the table
+        # it would have read.
+        here = self.installed_middleware() | {m.name for m in agent.middleware_objects}
+        for entry in recorded:
+            if entry["name"] not in here:
+                raise RunNotResumable(_missing(run.id, entry))
         config = self.stack_config(agent)
         if self._custom_stack is not None:
             available = {m.name: in_process(m) for m in self._custom_stack(config)}
