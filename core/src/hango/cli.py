@@ -370,6 +370,14 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
 
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
     console.print(f"session {record.session_id}", style="dim")
+    if record.config:
+        stack = " > ".join(e["name"] for e in record.config.get("stack", [])) or "(none)"
+        console.print(
+            f"model {record.config.get('model')}  stack {stack}",
+            style="dim",
+            markup=False,
+            soft_wrap=True,
+        )
     if record.error:
         console.print(f"error: {record.error}", markup=False, style="red")
     for m in messages:
