@@ -82,24 +82,41 @@ async def call(run_model: Model, backup: Model) -> ModelResponse:
     return await chain.model_call(ModelRequest(request, state, model=run_model), base)
 
 
+def spend_limit(_: httpx2.Request) -> httpx2.Response:
+    error = {
+        "type": "rate_limit_error",
+        "message": "spend limit reached",
+        "details": {"error_code": "enforced_spend_limit_reached"},
+    }
+    return httpx2.Response(429, json={"type": "error", "error": error})
+
+
 @pytest.mark.parametrize(
-    ("build", "answer"),
+    ("build", "answer", "attempts"),
     [
-        (on_anthropic, lambda _: anthropic_error(529, "overloaded_error", "Overloaded")),
-        (on_anthropic, lambda _: anthropic_error(500, "api_error", "Internal server error")),
-        (on_anthropic, refuse),
-        (on_openai, lambda _: httpx2.Response(503, json={"error": {"message": "unavailable"}})),
+        (on_anthropic, lambda _: anthropic_error(529, "overloaded_error", "Overloaded"), 2),
+        (on_anthropic, lambda _: anthropic_error(500, "api_error", "Internal server error"), 2),
+        (on_anthropic, refuse, 2),
+        # Not retried (waiting does not lift a spend limit), but another provider can serve.
+        (on_anthropic, spend_limit, 1),
+        (on_openai, lambda _: httpx2.Response(503, json={"error": {"message": "unavailable"}}), 2),
     ],
-    ids=["anthropic-overloaded", "anthropic-5xx", "anthropic-no-connection", "openai-5xx"],
+    ids=[
+        "anthropic-overloaded",
+        "anthropic-5xx",
+        "anthropic-no-connection",
+        "anthropic-spend-limit",
+        "openai-5xx",
+    ],
 )
-async def test_a_failure_retries_did_not_cure_switches_models(
-    build: Callable[[Server], Model], answer: Handler
+async def test_a_failure_the_provider_could_not_get_past_switches_models(
+    build: Callable[[Server], Model], answer: Handler, attempts: int
 ) -> None:
     server = Server(answer)
     backup = ScriptedModel.from_turns([{"text": "from the backup"}])
     response = await call(build(server), backup)
     assert response.message.text == "from the backup"
-    assert len(server.requests) == 2  # the provider retried once before giving up
+    assert len(server.requests) == attempts  # the provider's own retries came first
 
 
 @pytest.mark.parametrize(
