@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tomllib
 import zipfile
 from email.message import Message
 from email.parser import Parser
@@ -16,13 +17,22 @@ import pytest
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]
-DISTRIBUTIONS = {
-    "hango": REPO / "core",
-    "hango_todo": REPO / "plugins" / "todo",
-    "hango_repeat": REPO / "plugins" / "repeat",
-    "hango_allowlist": REPO / "plugins" / "allowlist",
-    "hango_repair": REPO / "plugins" / "repair",
-}
+
+
+def _distributions() -> dict[str, Path]:
+    """Wheel name prefix -> folder, for the core and every plugin in plugins/."""
+    folders = [
+        REPO / "core",
+        *sorted(p.parent for p in (REPO / "plugins").glob("*/pyproject.toml")),
+    ]
+    names = {}
+    for folder in folders:
+        with (folder / "pyproject.toml").open("rb") as f:
+            names[tomllib.load(f)["project"]["name"].replace("-", "_")] = folder
+    return names
+
+
+DISTRIBUTIONS = _distributions()
 
 
 def _uv() -> str:

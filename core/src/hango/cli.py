@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -29,7 +30,7 @@ from rich.text import Text
 from hango import resume_hint
 from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, MessageCompleted, RunFinished, RunStatus
-from hango.agent.stack import StackConfig, discover
+from hango.agent.stack import STACK_ORDER, StackConfig, discover
 from hango.agent.state import StateError
 from hango.config import DEFAULT_TENANT, Config, ConfigError, hango_settings
 from hango.convert import message_to_json
@@ -41,6 +42,7 @@ from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist, clip, tool_call_line, tool_result_lines
 from hango.run import Harness
+from hango.run.runner import AllowlistWarning
 from hango.store import RunStore, SessionBusy, StoreError, open_store, resolve_id
 from hango.store.base import IdKind, RunRecord
 
@@ -80,6 +82,16 @@ def _flush_telemetry() -> None:
     flush = getattr(trace.get_tracer_provider(), "force_flush", None)
     if flush is not None:
         flush()
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """hango's warnings (an allowlist naming a missing tool) as one ``warning:`` line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AllowlistWarning)
+        yield
+    for w in caught:
+        err_console.print(f"warning: {w.message}", style="yellow", markup=False, soft_wrap=True)
 
 
 def _exit(code: int) -> None:
@@ -334,13 +346,21 @@ def run(
         try:
             session_id = await _resolve(store, "session", session) if session else None
             # One harness starts and executes the run: plugins are loaded once.
-            harness = Harness(store, tenant_id=Config.from_env().tenant_id, model=built)
+            harness = Harness(
+                store,
+                tenant_id=Config.from_env().tenant_id,
+                model=built,
+                model_spec=model,
+                base_url=base_url,
+            )
             try:
-                record = await harness.start(agent, message, session_id=session_id)
+                with _warnings_as_lines():
+                    record = await harness.start(agent, message, session_id=session_id)
             except SessionBusy as exc:
                 assert session_id is not None
                 raise await _busy_session(store, exc, session_id, db) from None
-            resume = _Resume(db, model=model, base_url=base_url, trace=trace, output=output)
+            # The run records its model and base URL: resuming it needs neither option.
+            resume = _Resume(db, trace=trace, output=output)
             return await _execute(harness, record, output=output, resume=resume)
         finally:
             await store.aclose()
@@ -349,8 +369,11 @@ def run(
 
 
 @main.command()
-@model_option
-@base_url_option
+@click.option(
+    "--model",
+    help="Continue on this model instead of the one the run started with (recorded).",
+)
+@click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
 @trace_option
 @click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
 @db_option
@@ -392,9 +415,8 @@ def resume(
                     f"run {rid} is running, perhaps in another `hango run`; if that process "
                     f"is gone (killed, machine lost), resume with: {again.command(rid, force=True)}"
                 )
-            agent_record = await store.get_agent(tenant, record.agent_id)
-            agent = AgentDefinition.from_json(agent_record.definition)
-            harness = Harness(store, tenant_id=tenant, model=agent.build_model(model, base_url))
+            # The run continues on the model it started with, unless --model changes it.
+            harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
             return await _execute(harness, record, output=output, resume=again)
         finally:
             await store.aclose()
@@ -418,6 +440,11 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "version": r.version,
         "created_at": r.created_at.isoformat(),
         "updated_at": r.updated_at.isoformat(),
+        # What the run was started with (stack and model) and its usage so far.
+        "stack": r.config.get("stack"),
+        "model": r.config.get("model"),
+        "base_url": r.config.get("base_url"),
+        "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
     }
 
 
@@ -526,6 +553,14 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
     rich_text = console.is_terminal and not console.is_dumb_terminal
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
     console.print(f"session {record.session_id}", style="dim")
+    if record.config:
+        stack = " > ".join(e["name"] for e in record.config.get("stack", [])) or "(none)"
+        console.print(
+            f"model {record.config.get('model')}  stack {stack}",
+            style="dim",
+            markup=False,
+            soft_wrap=True,
+        )
     if record.error:
         console.print(f"error: {record.error}", markup=False, style="red")
     for m in messages:
@@ -564,7 +599,7 @@ def plugins(as_json: bool) -> None:
                 "name": p.name,
                 "distribution": p.distribution,
                 "version": p.version,
-                "slot": p.slot if p.slot is not None else "unplaced",
+                "slot": _slot_label(p.slot),
                 "capabilities": list(p.capabilities),
             }
             for p in placements
@@ -580,9 +615,15 @@ def plugins(as_json: bool) -> None:
         return
     table = Table("slot", "name", "distribution", "version", "capabilities")
     for p in placements:
-        slot = str(p.slot) if p.slot is not None else "unplaced"
-        table.add_row(slot, p.name, p.distribution, p.version, ", ".join(p.capabilities))
+        table.add_row(
+            _slot_label(p.slot), p.name, p.distribution, p.version, ", ".join(p.capabilities)
+        )
     console.print(table)
+
+
+def _slot_label(slot: int | None) -> str:
+    """A pinned slot by name; a middleware of a plugin's own name is for agents to list."""
+    return STACK_ORDER[slot] if slot is not None else "available to agents"
 
 
 # -- the database schema, the queue and its workers -------------------------------------------
@@ -691,7 +732,9 @@ def db_current(db: str | None, as_json: bool) -> None:
     for m in applied:
         console.print(m, markup=False)
     if pending:
-        console.print(f"pending: {', '.join(pending)} (run `hango db upgrade`)", markup=False)
+        console.print(
+            f"pending: {', '.join(pending)} (run `hango db upgrade`)", markup=False, soft_wrap=True
+        )
     else:
         console.print("up to date", markup=False)
 
@@ -713,9 +756,10 @@ def submit(
         try:
             session_id = await _resolve(store, "session", session) if session else None
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            return await harness.start(
-                agent, message, session_id=session_id, status=RunStatus.QUEUED
-            )
+            with _warnings_as_lines():
+                return await harness.start(
+                    agent, message, session_id=session_id, status=RunStatus.QUEUED
+                )
         finally:
             await store.aclose()
 
