@@ -502,7 +502,10 @@ def test_help_and_no_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert top.returncode == 0 and "Usage: python -m hango" in top.stdout
     sub = hango("runs", "list", "-h", cwd=tmp_path)
     assert sub.returncode == 0 and "--limit" in sub.stdout
-    monkeypatch.setenv("HANGO_DISABLE_PLUGINS", "todo,repeat,allowlist,repair")
+    from importlib.metadata import entry_points
+
+    every = ",".join(ep.name for ep in entry_points(group="hango"))
+    monkeypatch.setenv("HANGO_DISABLE_PLUGINS", every)
     none = hango("plugins", cwd=tmp_path)
     assert none.returncode == 0
     assert none.stdout.startswith("No middleware plugins are installed")
