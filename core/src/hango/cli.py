@@ -237,13 +237,14 @@ async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: 
     """Execute ``run``, showing its events as ``output`` asks; returns the exit code."""
     finished: RunFinished | None = None
     failure: Exception | None = None
-    last: list[Message] = []  # the last assistant message: the answer once the run completes
+    last: Message | None = None  # the last assistant message: the answer once the run completes
     renderer = Renderer(console)
     show = {"text": renderer.event, "json": _quiet, "jsonl": _jsonl}[output]
 
     async def emit(event: Event) -> None:
+        nonlocal last
         if isinstance(event, MessageCompleted):
-            last[:] = [event.message]
+            last = event.message
         await show(event)
 
     # Ctrl-C or SIGTERM cancels the run's scope: the harness saves it as cancelled.
@@ -276,7 +277,7 @@ async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: 
         _hint("cancelled; resume with:", resume.command(run.id))
         return 130
     if output == "json":
-        answer = last[0].text if last and finished.status is RunStatus.COMPLETED else None
+        answer = last.text if last and finished.status is RunStatus.COMPLETED else None
         console.print_json(json.dumps(_summary(finished, run, answer)))
     if finished.status is RunStatus.FAILED:
         _hint("resume with:", resume.command(run.id))
