@@ -5,9 +5,10 @@ middleware contract and chain (``hango.agent``), plugins (``hango.hookspecs``), 
 stores (``hango.run``, ``hango.store``).
 """
 
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
     MessageCompleted,
     RunFinished,
@@ -70,6 +71,7 @@ __all__ = [
     "STACK_ORDER",
     "AgentDefinition",
     "AgentFileError",
+    "AttemptDiscarded",
     "Chain",
     "ConfigError",
     "Event",
@@ -78,6 +80,7 @@ __all__ = [
     "Message",
     "MessageCompleted",
     "Middleware",
+    "MiddlewareError",
     "Model",
     "ModelError",
     "ModelHandler",

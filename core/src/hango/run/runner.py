@@ -20,7 +20,7 @@ import anyio
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
@@ -216,7 +216,7 @@ class Harness:
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
-                    if isinstance(exc, ModelError | StateError)
+                    if isinstance(exc, ModelError | StateError | MiddlewareError)
                     else (f"{type(exc).__name__}: {exc}")
                 )
                 outcome = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
