@@ -255,7 +255,7 @@ class Chain:
         system, ends = self.system_layout(request.system, req.state)
         if len(system) != len(request.system):  # evolve costs microseconds: only if changed
             request = attrs.evolve(request, system=system)
-        mreq = ModelRequest(request, req.state, ends)
+        mreq = ModelRequest(request, req.state, ends, req.model)
         try:
             response = await self.model_handler(base)(mreq)
         except Exception as exc:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import attrs
 import jsonschema
 from attrs import frozen
 
@@ -234,12 +235,19 @@ async def run_loop(
     provider_name = telemetry.provider_name(model)
 
     async def call_model(mreq: ModelRequest) -> ModelResponse:
-        req = mreq.request
+        req, called, provider = mreq.request, mreq.model, provider_name
+        if called is None:
+            called = model
+        elif called is not model:
+            # A wrapper swapped the model for this call: the request and the chat span name
+            # the model actually called.
+            provider = telemetry.provider_name(called)
+            req = attrs.evolve(req, model=getattr(called, "name", req.model))
         if attempts.start():
             await emit(AttemptDiscarded(turns + 1))
-        with telemetry.chat_span(req, provider_name) as chat:
+        with telemetry.chat_span(req, provider) as chat:
             acc = Accumulator()
-            async with _closing(model.stream(req)) as stream:
+            async with _closing(called.stream(req)) as stream:
                 async for event in stream:
                     acc.add(event)
                     attempts.streamed = True
@@ -340,12 +348,13 @@ async def run_loop(
             max_tokens=settings.max_tokens,
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
-            response = await chain.model_call(ModelRequest(request, state), call_model)
+            response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
             if attempts.discarded_by(response):
                 await emit(AttemptDiscarded(turns + 1))
             attempts.start()
             turns += 1
             usage += response.usage
+            state.usage += response.usage
             stop_reason = response.stop_reason
             state.messages.append(response.message)
             await emit(MessageCompleted(response.message, response.stop_reason, response.usage))

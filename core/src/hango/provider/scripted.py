@@ -32,8 +32,8 @@ from typing import Any
 
 import anyio
 import cattrs
-from cattrs.v import format_exception
 from attrs import field, frozen
+from cattrs.v import format_exception
 
 from hango.provider.events import (
     MessageStop,
@@ -168,9 +168,7 @@ class ScriptedModel:
         """The turn that answers a request with ``messages`` (see the module docstring)."""
         k = 0
         for i, m in enumerate(messages):
-            if m.role == "assistant":
-                k += 1
-            elif (
+            if m.role == "assistant" or (
                 i > 0
                 and messages[i - 1].role == "user"
                 and len(m.tool_results) < len(m.content)  # a prompt, not only tool results
