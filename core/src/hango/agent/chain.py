@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -45,6 +45,15 @@ from hango.tool.base import Tool, ToolResult, error_result
 StateScope = Literal["run", "session"]
 #: The values a middleware's ``state_scope`` class attribute may take ("run" if absent).
 STATE_SCOPES: Final[tuple[StateScope, ...]] = ("run", "session")
+
+
+def session_scoped(middlewares: Iterable[Middleware]) -> frozenset[str]:
+    """Names of the middlewares whose class declares ``state_scope = "session"``: their
+    private state carries over to the session's next run. Every other middleware's private
+    state is per run (``state_scope = "run"``, the default)."""
+    return frozenset(
+        m.name for m in middlewares if getattr(type(m), "state_scope", "run") == "session"
+    )
 
 
 class MiddlewareError(Exception):
@@ -172,9 +181,9 @@ class Chain:
         self._origins: dict[str, str] = dict(origins or {})
         #: Names of the middlewares whose private state belongs to the session (declared by
         #: the class attribute ``state_scope = "session"``); every other one's is per run.
-        self.session_scoped: frozenset[str] = frozenset(
-            m.name for m in middlewares if self._state_scope(m) == "session"
-        )
+        for mw in middlewares:
+            self._check_state_scope(mw)
+        self.session_scoped: frozenset[str] = session_scoped(middlewares)
         self._model_wrappers: list[ModelWrapper] = _with(middlewares, ModelWrapper)
         self._tool_wrappers: list[ToolWrapper] = _with(middlewares, ToolWrapper)
         self._run_hooks: list[tuple[str, RunHook]] = [
@@ -208,7 +217,7 @@ class Chain:
         """
         return cls(middlewares, origins=origins)
 
-    def _state_scope(self, mw: Middleware) -> StateScope:
+    def _check_state_scope(self, mw: Middleware) -> None:
         scope = getattr(type(mw), "state_scope", "run")
         if scope not in STATE_SCOPES:
             raise MiddlewareError(
@@ -217,7 +226,6 @@ class Chain:
                 "state_scope",
                 f"declares state_scope = {scope!r}; use 'run' or 'session'",
             )
-        return scope
 
     def _error(self, mw: Any, capability: str, detail: str) -> MiddlewareError:
         return MiddlewareError(mw.name, self._origins.get(mw.name), capability, detail)
