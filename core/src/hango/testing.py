@@ -117,7 +117,7 @@ def history_problems(messages: Sequence[Message]) -> list[str]:
             reply = merged[k + 1][1] if k + 1 < len(merged) else None
             answered = {b.tool_use_id for b in reply or () if isinstance(b, ToolResultBlock)}
             missing = [c for c in calls if c not in answered]
-            if missing and reply is not None:
+            if missing:
                 problems.append(f"{at}: tool calls without a result in the next message: {missing}")
             continue
         previous = merged[k - 1][1] if k > 0 else []
