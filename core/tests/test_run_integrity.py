@@ -34,7 +34,13 @@ from hango import (
     ToolResultBlock,
     tool,
 )
-from hango.provider.events import MessageStop, StreamEvent, ToolUseStart, ToolUseStop
+from hango.provider.events import (
+    MessageStop,
+    StreamEvent,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
 from hango.provider.messages import Usage
 from hango.testing import agent_harness, assert_valid_history, history_problems
 from hango_repair import RepairToolCallsMiddleware
@@ -434,3 +440,61 @@ async def test_a_secret_quoted_by_an_error_result_is_redacted(
     assert secret not in repr(model.requests[1])
     assert secret not in repr(events)
     assert isinstance(events[-1], RunFinished)
+
+
+# -- 8. a message's role is user or assistant ---------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["system", "tool", "User", ""])
+def test_a_message_with_another_role_is_refused_when_made(role: str) -> None:
+    with pytest.raises(ValueError, match=f"not {role!r}"):
+        Message(role, (TextBlock("Be brief."),))  # type: ignore[arg-type]
+
+
+# -- 14. deeply nested arguments fail the call, not the run -------------------------------------
+
+took: list[object] = []
+
+
+@tool
+def take(data: dict[str, Any]) -> str:
+    """Take the data."""
+    took.append(data)
+    return "took"
+
+
+class DeepArguments:
+    """Asks for ``take`` with arguments nested ``depth`` objects deep."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        if len(request.messages) > 1:
+            yield TextDelta(0, "ok")
+            yield DONE
+            return
+        nested = '{"a": ' * self.depth + "1" + "}" * self.depth
+        yield ToolUseStart(0, "call_deep", "take")
+        yield ToolInputDelta(0, '{"data": ' + nested + "}")
+        yield ToolUseStop(0)
+        yield MessageStop(StopReason.TOOL_USE, Usage())
+
+
+@pytest.mark.parametrize(
+    ("depth", "says"),
+    [(700, "nest too deeply to be used"), (20_000, "are not a JSON object")],
+)
+async def test_deeply_nested_arguments_give_the_call_an_error_result(
+    tmp_path: Path, depth: int, says: str
+) -> None:
+    took.clear()
+    async with agent_harness(tmp_path, model=DeepArguments(depth), tools=[take]) as h:
+        finished = await h.run(h.agent, "go")
+        history = await h.store.load_messages(
+            h.tenant_id, (await h.store.get_run(h.tenant_id, finished.run_id)).session_id
+        )
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    (result,) = history[2].tool_results
+    assert result.is_error and says in result.content
+    assert took == []

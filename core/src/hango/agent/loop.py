@@ -265,11 +265,15 @@ async def run_loop(
             return error_result(
                 "arguments for tool %r are not a JSON object: %.200s", call.name, call.input
             )
-        problem = validators.error(tool.spec, call.input)
+        try:
+            problem = validators.error(tool.spec, call.input)
+            # A copy: a tool that keeps or mutates its arguments must not change the history.
+            arguments = copy.deepcopy(call.input)
+        except RecursionError:
+            return error_result("arguments for tool %r nest too deeply to be used", call.name)
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
-        # A copy: a tool that keeps or mutates its arguments must not change the history.
-        return await tool.call(copy.deepcopy(call.input), ToolContext(treq.state, call))
+        return await tool.call(arguments, ToolContext(treq.state, call))
 
     async def run_batch(
         calls: tuple[ToolUseBlock, ...],
