@@ -498,3 +498,24 @@ async def test_deeply_nested_arguments_give_the_call_an_error_result(
     (result,) = history[2].tool_results
     assert result.is_error and says in result.content
     assert took == []
+
+
+async def test_the_terminal_marks_a_discarded_attempt() -> None:
+    import io
+
+    from rich.console import Console
+
+    from hango.render import Renderer
+
+    out = io.StringIO()
+    renderer = Renderer(Console(file=out, width=100, emoji=False))
+    for event in (
+        TextDelta(0, "A draft"),
+        AttemptDiscarded(1),
+        TextDelta(0, "The answer."),
+        MessageCompleted(
+            Message("assistant", (TextBlock("The answer."),)), StopReason.END_TURN, Usage()
+        ),
+    ):
+        await renderer.event(event)  # type: ignore[arg-type]
+    assert out.getvalue() == "A draft\n(discarded: the model call was tried again)\nThe answer.\n"
