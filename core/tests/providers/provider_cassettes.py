@@ -1,7 +1,7 @@
 """Replay recorded API exchanges through the real SDK clients, with no network.
 
-The cassettes live in ``<repo>/../shared/cassettes`` (their README.md gives sources, licences and
-format). They are VCR.py YAML in two dialects: pydantic-ai's, with JSON bodies decoded under
+The cassettes live beside this module in ``cassettes/`` (their README.md gives sources, licences
+and format). They are VCR.py YAML in two dialects: pydantic-ai's, with JSON bodies decoded under
 ``parsed_body`` and streamed bodies kept as raw SSE text in ``response.body.string``; and plain
 vcrpy's, with the request body as a JSON string. ``load`` reads both.
 
@@ -31,7 +31,6 @@ from typing import Any
 
 import attrs
 import httpx2
-import pytest
 import yaml
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -49,7 +48,7 @@ from hango.provider import (
     ToolUseBlock,
 )
 
-CASSETTES = Path(__file__).parents[3].parent / "shared" / "cassettes"
+CASSETTES = Path(__file__).parent / "cassettes"
 
 JSONDict = dict[str, Any]
 
@@ -85,10 +84,7 @@ class Interaction:
 
 
 def load(name: str) -> list[Interaction]:
-    """The interactions of cassette ``name`` (e.g. ``"anthropic/x.yaml"``); skips the test when
-    the shared cassettes are not checked out beside the repository."""
-    if not CASSETTES.is_dir():
-        pytest.skip(f"recorded cassettes not found at {CASSETTES} (<repo>/../shared/cassettes)")
+    """The interactions of cassette ``name`` (e.g. ``"anthropic/x.yaml"``)."""
     doc = yaml.safe_load((CASSETTES / name).read_text(encoding="utf-8"))
     interactions = []
     for raw in doc["interactions"]:
