@@ -17,7 +17,8 @@ request hango builds.
 Recorded requests are compared after ``anthropic_request`` / ``openai_request`` normalization,
 which only applies equivalences each API defines (a string ``system`` is one text block, a
 tool_result's string content is one text part, ``is_error`` defaults to false, tool-call
-``arguments`` are JSON text) and drops the request options hango does not express (each listed
+``arguments`` are JSON text, an assistant message without text may have null, absent or ``""``
+content) and drops the request options hango does not express (each listed
 with its reason). Content (blocks, their order, ids, signatures) is never normalized.
 """
 
@@ -368,7 +369,8 @@ _OPENAI_IGNORED = {
 def _openai_message(message: JSONDict) -> JSONDict:
     out = dict(message)
     if out["role"] == "assistant":
-        out.setdefault("content", None)  # absent and null are the same "no text"
+        # absent, null and "" are the same "no text" (hango sends "": some servers reject null)
+        out["content"] = out.get("content") or ""
         if "tool_calls" in out:
             out["tool_calls"] = [
                 {

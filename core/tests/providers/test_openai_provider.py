@@ -147,7 +147,7 @@ async def test_recorded_history_and_output_limit() -> None:
         {"role": "user", "content": "What is the weather in Tokyo?"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_123",
@@ -241,7 +241,7 @@ async def test_malformed_arguments_stay_raw_and_go_back_as_the_raw_string() -> N
     assert replay.bodies[1]["messages"][1:] == [
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_1",

@@ -11,6 +11,11 @@
     tool_allowlist = ["list_files"]     # optional; absent = every tool
     max_turns = 12                      # model calls per run
     max_tokens = 4096                   # per model call
+    tool_choice = "auto"                # optional: "auto", "any", "none" or {name = "tool"}
+    parallel_tool_calls = false         # optional: at most one tool call per turn
+    server_tools = [                    # optional: Anthropic tool definitions, sent as written
+        {type = "web_search_20250305", name = "web_search", max_uses = 3},
+    ]
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import jsonschema
 from attrs import frozen
 
 from hango.config import ConfigError
-from hango.provider.messages import TextBlock
+from hango.provider.messages import TextBlock, ToolChoice
 from hango.provider.model import Model
 from hango.provider.select import model_from_spec
 from hango.tool.base import Tool
@@ -55,6 +60,31 @@ AGENT_SCHEMA: dict[str, Any] = {
         "max_tokens": {"type": "integer", "minimum": 1},
         "base_url": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]},
         "base_dir": {"type": "string"},
+        "tool_choice": {
+            "anyOf": [
+                {"enum": ["auto", "any", "none"]},
+                {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "minLength": 1}},
+                    "required": ["name"],
+                    "additionalProperties": False,
+                },
+                {"type": "null"},
+            ]
+        },
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+        # Passed through verbatim (see hango.provider.anthropic): only what every entry needs.
+        "server_tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "type": {"type": "string", "minLength": 1},
+                },
+                "required": ["name"],
+            },
+        },
     },
     "required": ["name", "model"],
     "additionalProperties": False,
@@ -75,6 +105,9 @@ class AgentDefinition:
     max_tokens: int = 4096
     base_url: str | None = None
     base_dir: str = "."
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    server_tools: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_file(cls, path: str | Path) -> AgentDefinition:
@@ -137,3 +170,11 @@ class AgentDefinition:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+# tool_choice in the agent file's form: "auto" | "any" | "none" | {name = "tool"}.
+_converter.register_structure_hook(
+    ToolChoice,
+    lambda v, _: ToolChoice.tool(v["name"]) if isinstance(v, dict) else ToolChoice(v),
+)
+_converter.register_unstructure_hook(
+    ToolChoice, lambda c: {"name": c.name} if c.mode == "tool" else c.mode
+)

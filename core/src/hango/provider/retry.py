@@ -1,39 +1,42 @@
 """The retry policy the HTTP providers share: what is retried, how long to wait, what is recorded.
 
 A provider attempt is one HTTP request and its event stream. An attempt that fails before it has
-yielded any stream event is retried when the failure is transient: HTTP 429 (rate limited),
-529 (Anthropic overloaded) or another 5xx, or no response at all (connection error). Once an
-event has reached the caller, a failure ends the call: replaying the stream would hand the
-accumulator the same content twice. Every other failure (400, 401, 404, ...) ends the call at
-once with ``ModelError`` carrying the provider's own message.
+yielded any content event is retried when the failure is transient: HTTP 429 (rate limited),
+529 (Anthropic overloaded) or another 5xx, or no response at all (connection error). A 5xx
+whose body says the REQUEST is invalid (``request_rejected``: some OpenAI-compatible servers
+answer a request they cannot handle with 500) is not transient: the same request fails the same
+way. Once content has reached the caller, a failure ends the call: replaying the stream would
+hand the accumulator the same content twice. Every other failure (400, 401, 404, ...) ends the
+call at once with ``ModelError`` carrying the provider's own message.
 
 The wait before retry ``n`` (1-based) is ``base_delay * 2 ** (n - 1)`` seconds, or the server's
 ``retry-after`` when it sends one, capped at ``max_delay``. It is deterministic (no jitter) so a
-run's telemetry says exactly what happened. Each retry adds the span event ``provider.retry`` to
-the current span with ``http.response.status_code`` (omitted for a connection error),
-``hango.retry.attempt`` and ``hango.retry.delay_s``. Waiting uses ``anyio.sleep``, so a
-cancelled run stops waiting at once.
+run's telemetry says exactly what happened. Each retry is visible as it happens: the stream
+yields a ``ProviderRetry`` event before waiting (the CLI prints it as one line), and the span
+event ``provider.retry`` is added to the current span with ``http.response.status_code``
+(omitted for a connection error), ``hango.retry.attempt`` and ``hango.retry.delay_s``. Waiting
+uses ``anyio.sleep``, so a cancelled run stops waiting at once.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
-from typing import Final, TypeVar
+from typing import Final
 
 import anyio
 from attrs import frozen
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
+from hango.provider.events import ProviderRetry, StreamEvent
 from hango.provider.model import ModelError
 
 RETRY_EVENT: Final = "provider.retry"
 STATUS_CODE: Final = "http.response.status_code"
 ATTEMPT: Final = "hango.retry.attempt"
 DELAY_S: Final = "hango.retry.delay_s"
-
-T = TypeVar("T")
 
 
 @frozen
@@ -55,6 +58,18 @@ def is_transient_status(status: int) -> bool:
     return status == 429 or status >= 500
 
 
+# What a server error body says when the server failed to validate OUR request: an OpenAI-style
+# ``invalid_request_error`` type, or a pydantic / FastAPI validation report ("1 validation error
+# for X", "7 validation errors:"), which llama-cpp-python's server sends with HTTP 500.
+_REQUEST_REJECTED = re.compile(r"invalid_request_error|\b\d+ validation errors?\b")
+
+
+def request_rejected(status: int, error_type: str | None, message: str) -> bool:
+    """True when a 5xx response's error ``error_type`` or ``message`` says the request itself is
+    invalid, which no retry can fix."""
+    return status >= 500 and bool(_REQUEST_REJECTED.search(f"{error_type or ''} {message}"))
+
+
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """The wait a response asks for: ``retry-after-ms`` or ``retry-after`` in seconds.
 
@@ -72,6 +87,17 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         if seconds >= 0:
             return seconds
     return None
+
+
+def connection_failure(
+    provider: str, url: object, cause: object, *, broke: bool = False
+) -> Failure:
+    """A transient failure with no HTTP answer, naming the ``url`` tried: the connection could not
+    be made, or (``broke``) it broke while the answer streamed. ``cause`` says why."""
+    reason = str(cause) or type(cause).__name__
+    if broke:
+        return Failure(f"{provider}: the connection to {url} broke mid-answer ({reason})", True)
+    return Failure(f"{provider}: cannot connect to {url} ({reason})", True)
 
 
 @frozen
@@ -97,16 +123,18 @@ def _record_retry(attempt: int, delay: float, status: int | None) -> None:
 
 
 async def stream_with_retries(
-    attempt: Callable[[], AsyncGenerator[T, None]],
+    attempt: Callable[[], AsyncGenerator[StreamEvent, None]],
     policy: RetryPolicy,
     explain: Callable[[Exception], Failure | None],
-) -> AsyncGenerator[T, None]:
-    """Yield the items of ``attempt()``, starting it again after a transient failure.
+    provider: str,
+) -> AsyncGenerator[StreamEvent, None]:
+    """Yield the events of ``attempt()``, starting it again after a transient failure, and a
+    ``ProviderRetry`` naming ``provider`` before each wait.
 
     ``explain`` turns an SDK exception into a ``Failure``; it returns ``None`` for anything else,
     which propagates unchanged (a bug should not be reported as a provider error). Raises
     ``ModelError`` when the failure is not transient, when retries are used up, or when the
-    attempt had already yielded an item.
+    attempt had already yielded an event.
     """
     retries = 0
     while True:
@@ -128,4 +156,7 @@ async def stream_with_retries(
             retries += 1
             delay = policy.delay(retries, failure.retry_after)
             _record_retry(retries, delay, failure.status)
+        yield ProviderRetry(
+            provider, failure.status, retries, policy.max_retries, delay, failure.message
+        )
         await anyio.sleep(delay)
