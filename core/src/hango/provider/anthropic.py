@@ -383,7 +383,7 @@ def _explain(exc: Exception) -> Failure | None:
             retry_after=retry_after_seconds(exc.response.headers),
         )
     if isinstance(exc, anthropic.APIConnectionError):
-        return connection_failure("anthropic", exc.request.url, exc.__cause__ or exc.message)
+        return connection_failure("anthropic", exc.request.url, exc)
     if isinstance(exc, httpx2.TransportError):  # raised while the stream was being read
         return connection_failure("anthropic", exc.request.url, exc, broke=True)
     if isinstance(exc, anthropic.AnthropicError):

@@ -20,6 +20,7 @@ uses ``anyio.sleep``, so a cancelled run stops waiting at once.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
@@ -90,14 +91,26 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 
 
 def connection_failure(
-    provider: str, url: object, cause: object, *, broke: bool = False
+    provider: str, url: object, cause: BaseException, *, broke: bool = False
 ) -> Failure:
     """A transient failure with no HTTP answer, naming the ``url`` tried: the connection could not
     be made, or (``broke``) it broke while the answer streamed. ``cause`` says why."""
-    reason = str(cause) or type(cause).__name__
+    reason = _root_reason(cause)
     if broke:
         return Failure(f"{provider}: the connection to {url} broke mid-answer ({reason})", True)
     return Failure(f"{provider}: cannot connect to {url} ({reason})", True)
+
+
+def _root_reason(exc: BaseException) -> str:
+    """What the operating system said, if it said anything (``Connection refused``), else the
+    innermost message: the SDKs' own is only "Connection error."."""
+    chain = [exc]
+    while (inner := chain[-1].__cause__ or chain[-1].__context__) and inner not in chain:
+        chain.append(inner)
+    for error in reversed(chain):
+        if isinstance(error, OSError) and error.errno is not None:
+            return os.strerror(error.errno)
+    return next((str(e) for e in reversed(chain) if str(e)), type(exc).__name__)
 
 
 @frozen
