@@ -5,7 +5,6 @@ max_tokens, cancellation, request options)."""
 from __future__ import annotations
 
 import json
-import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -418,7 +417,7 @@ async def test_a_connection_error_names_the_url_and_each_retry_is_visible() -> N
         async for event in model.stream(USER):
             events.append(event)
     url = f"http://127.0.0.1:{port}/v1/messages"
-    assert re.fullmatch(rf"anthropic: cannot connect to {re.escape(url)} \(.+\)", str(caught.value))
+    assert str(caught.value) == f"anthropic: cannot connect to {url} (Connection refused)"
     (retry,) = events
     assert isinstance(retry, ProviderRetry) and retry.status is None and url in retry.error
 
