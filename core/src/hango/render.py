@@ -46,11 +46,13 @@ def checklist(todos: Sequence[Todo]) -> Text:
 
 
 def retry_line(retry: ProviderRetry) -> str:
-    """One line saying which provider failed how, and when it tries again."""
+    """One line: provider, what failed (HTTP status or no response), the retry and its wait, and
+    the error, e.g. ``openai: HTTP 503, retry 1 of 4 in 1 s: server_error (HTTP 503): busy``."""
     status = "no response" if retry.status is None else f"HTTP {retry.status}"
+    detail = retry.error.removeprefix(f"{retry.provider}: ").removeprefix(f"{retry.provider} ")
     return (
-        f"{retry.provider}: {status}, retry {retry.attempt}/{retry.max_retries} "
-        f"in {retry.wait_seconds:g} s: {_clip(retry.error)}"
+        f"{retry.provider}: {status}, retry {retry.attempt} of {retry.max_retries} "
+        f"in {retry.wait_seconds:g} s: {_clip(detail)}"
     )
 
 

@@ -432,6 +432,23 @@ async def test_a_stream_cut_before_message_stop_names_the_url() -> None:
     )
 
 
+async def test_a_connection_broken_mid_stream_names_the_url_and_is_not_retried() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield until_first_text(anthropic_sse(message({"type": "text", "text": "Hel"})))
+        raise httpx2.RemoteProtocolError("peer closed connection")
+
+    broken = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+    replay = Replay([broken, HELLO])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(USER))
+    assert str(caught.value) == (
+        "anthropic: the connection to https://api.anthropic.com/v1/messages broke "
+        "(peer closed connection)"
+    )
+    assert len(replay.requests) == 1  # content had streamed: a retry would repeat it
+
+
 async def test_spend_limit_is_not_retried() -> None:
     body = {
         "type": "error",

@@ -391,6 +391,25 @@ async def test_a_stream_without_a_finish_reason_names_the_server() -> None:
     )
 
 
+async def test_a_connection_broken_mid_stream_names_the_url() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+        chunk["choices"] = [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+        raise httpx2.RemoteProtocolError("peer closed connection")
+
+    broken = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+    replay = Replay([broken, HELLO])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(USER))
+    assert str(caught.value) == (
+        "openai: the connection to https://api.openai.com/v1/chat/completions broke "
+        "(peer closed connection)"
+    )
+    assert len(replay.requests) == 1
+
+
 async def test_tool_options_map_onto_chat_completions() -> None:
     schema = {"type": "object", "properties": {}, "additionalProperties": False}
     request = attrs.evolve(

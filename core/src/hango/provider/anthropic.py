@@ -151,7 +151,9 @@ class AnthropicModel:
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
-    def from_env(cls, name: str, base_url: str | None = None) -> AnthropicModel:
+    def from_env(
+        cls, name: str, base_url: str | None = None, *, max_retries: int = 4
+    ) -> AnthropicModel:
         """Build from ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``, or an SDK profile).
 
         ``base_url`` (else ``ANTHROPIC_BASE_URL``) points at another Messages endpoint.
@@ -166,7 +168,7 @@ class AnthropicModel:
             raise ModelSpecError(f"anthropic:{name}: {exc}") from None
         if client.api_key is None and client.auth_token is None and client.credentials is None:
             raise ModelSpecError(f"anthropic:{name} needs an API key: set ANTHROPIC_API_KEY")
-        return cls(client, name)
+        return cls(client, name, max_retries=max_retries)
 
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Messages call as hango events; raises ``ModelError`` (see module doc)."""
@@ -384,8 +386,8 @@ def _explain(exc: Exception) -> Failure | None:
         )
     if isinstance(exc, anthropic.APIConnectionError):
         return connection_failure("anthropic", exc.request.url, exc)
-    if isinstance(exc, httpx2.TransportError):  # raised while the stream was being read
-        return connection_failure("anthropic", exc.request.url, exc, broke=True)
+    if isinstance(exc, httpx2.TransportError):  # the SDK does not wrap it while a stream is read
+        return connection_failure("anthropic", exc.request.url, exc)
     if isinstance(exc, anthropic.AnthropicError):
         return Failure(f"anthropic: {exc}", transient=False)
     return None

@@ -64,7 +64,6 @@ from typing import Final, Literal
 from hango.provider.select import ModelSpecError
 
 try:
-    import httpx2
     import openai
     from openai.types import CompletionUsage
     from openai.types.chat import (
@@ -148,7 +147,9 @@ class OpenAIChatModel:
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
-    def from_env(cls, name: str, base_url: str | None = None) -> OpenAIChatModel:
+    def from_env(
+        cls, name: str, base_url: str | None = None, *, max_retries: int = 4
+    ) -> OpenAIChatModel:
         """Build from ``OPENAI_API_KEY``; ``base_url`` (else ``OPENAI_BASE_URL``) selects a
         compatible server, which gets ``max_tokens`` and needs no key unless it checks one.
 
@@ -165,7 +166,7 @@ class OpenAIChatModel:
             api_key = "unused"  # local servers usually check no key, but the SDK wants one
         client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
         field: MaxTokensField = "max_completion_tokens" if base_url is None else "max_tokens"
-        return cls(client, name, max_tokens_field=field)
+        return cls(client, name, max_retries=max_retries, max_tokens_field=field)
 
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Chat Completions call as hango events; raises ``ModelError``."""
@@ -380,9 +381,8 @@ def _explain(exc: Exception) -> Failure | None:
             retry_after=retry_after_seconds(exc.response.headers),
         )
     if isinstance(exc, openai.APIConnectionError):
+        # also raised by the SDK when the connection breaks while the stream is read
         return connection_failure("openai", exc.request.url, exc)
-    if isinstance(exc, httpx2.TransportError):  # raised while the stream was being read
-        return connection_failure("openai", exc.request.url, exc, broke=True)
     if isinstance(exc, openai.APIError):  # an error object inside the stream
         return Failure(f"openai {exc.type or 'error'} (in stream): {_api_message(exc)}", False)
     if isinstance(exc, openai.OpenAIError):

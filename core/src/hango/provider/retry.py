@@ -27,6 +27,7 @@ from contextlib import aclosing
 from typing import Final
 
 import anyio
+import httpx2
 from attrs import frozen
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
@@ -90,27 +91,30 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-def connection_failure(
-    provider: str, url: object, cause: BaseException, *, broke: bool = False
-) -> Failure:
+def connection_failure(provider: str, url: object, exc: BaseException) -> Failure:
     """A transient failure with no HTTP answer, naming the ``url`` tried: the connection could not
-    be made, or (``broke``) it broke while the answer streamed. ``cause`` says why."""
-    reason = _root_reason(cause)
-    if broke:
-        return Failure(f"{provider}: the connection to {url} broke mid-answer ({reason})", True)
-    return Failure(f"{provider}: cannot connect to {url} ({reason})", True)
+    be made, or it broke while the answer streamed (the SDKs wrap both alike)."""
+    chain = _chain(exc)
+    reason = _root_reason(chain)
+    if any(isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) for e in chain):
+        return Failure(f"{provider}: cannot connect to {url} ({reason})", True)
+    return Failure(f"{provider}: the connection to {url} broke ({reason})", True)
 
 
-def _root_reason(exc: BaseException) -> str:
-    """What the operating system said, if it said anything (``Connection refused``), else the
-    innermost message: the SDKs' own is only "Connection error."."""
+def _chain(exc: BaseException) -> list[BaseException]:
     chain = [exc]
     while (inner := chain[-1].__cause__ or chain[-1].__context__) and inner not in chain:
         chain.append(inner)
+    return chain
+
+
+def _root_reason(chain: list[BaseException]) -> str:
+    """What the operating system said, if it said anything (``Connection refused``), else the
+    innermost message: the SDKs' own is only "Connection error."."""
     for error in reversed(chain):
         if isinstance(error, OSError) and error.errno is not None:
             return os.strerror(error.errno)
-    return next((str(e) for e in reversed(chain) if str(e)), type(exc).__name__)
+    return next((str(e) for e in reversed(chain) if str(e)), type(chain[0]).__name__)
 
 
 @frozen
