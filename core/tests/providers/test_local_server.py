@@ -10,9 +10,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
+import openai
 import pytest
 
 from hango import (
@@ -30,7 +33,8 @@ from hango import (
     tool,
 )
 from hango.agent.middleware import ModelHandler
-from hango.provider import ProviderRetry, Usage, model_from_spec
+from hango.provider import ProviderRetry, Usage
+from hango.provider.openai import OpenAIChatModel
 from hango.store.sqlite import SqliteRunStore
 
 from .llama_server import LlamaServer, free_port
@@ -39,6 +43,13 @@ pytestmark = pytest.mark.anyio
 
 #: The server serves its one model whatever the request names.
 MODEL = "openai:smollm2"
+
+
+@asynccontextmanager
+async def model_on(base_url: str) -> AsyncIterator[OpenAIChatModel]:
+    """The model ``--model openai:smollm2 --base-url URL`` builds, its connections closed after."""
+    async with openai.AsyncOpenAI(api_key="unused", base_url=base_url) as client:
+        yield OpenAIChatModel(client, "smollm2", max_tokens_field="max_tokens")
 
 
 def hango(*args: str, cwd: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
@@ -61,12 +72,20 @@ def test_a_streamed_text_run_through_the_cli(llama_server: LlamaServer, tmp_path
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("completed (usage not reported by the server)")
 
-    (run,) = json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)
-    shown = json.loads(hango("runs", "show", run["run_id"], "--json", cwd=tmp_path).stdout)
+    run_id = done.stdout.splitlines()[0].removeprefix("run ")
+    shown = json.loads(hango("runs", "show", run_id, "--json", cwd=tmp_path).stdout)
     reply = shown["messages"][-1]
     assert reply["role"] == "assistant"
     (text,) = [b["text"] for b in reply["content"]]
     assert text.strip() and text in done.stdout  # streamed to the terminal as it was saved
+
+    summary = hango(
+        "run", "--agent", str(agent), "--model", MODEL, "--base-url", llama_server.base_url,
+        "--json", "Say hello again.", cwd=tmp_path,
+    )  # fmt: skip
+    assert summary.returncode == 0, summary.stderr
+    usage = json.loads(summary.stdout)["usage"]
+    assert usage == {"input_tokens": 0, "output_tokens": 0, "unknown_calls": 1}
 
 
 @tool
@@ -102,13 +121,14 @@ async def test_a_forced_tool_call_is_executed_and_its_answer_accepted(
 
     store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
     try:
-        harness = Harness(
-            store,
-            model=agent.build_model(),
-            tools=ToolRegistry([add]),
-            stack=lambda _: [ForceAddThenAnswer()],
-        )
-        finished = await harness.run(agent, "What is 2 plus 3?", emit=collect)
+        async with model_on(llama_server.base_url) as model:
+            harness = Harness(
+                store,
+                model=model,
+                tools=ToolRegistry([add]),
+                stack=lambda _: [ForceAddThenAnswer()],
+            )
+            finished = await harness.run(agent, "What is 2 plus 3?", emit=collect)
     finally:
         await store.aclose()
 
@@ -125,7 +145,8 @@ async def test_a_forced_tool_call_is_executed_and_its_answer_accepted(
 async def test_a_server_killed_mid_stream_leaves_a_saved_resumable_failed_run(
     llama_python: Path, llama_server: LlamaServer, tmp_path: Path
 ) -> None:
-    agent = AgentDefinition("story", MODEL, max_tokens=400)
+    # the server is still generating when the first piece arrives (and killed within ms)
+    agent = AgentDefinition("story", MODEL, max_tokens=24)
     db = f"sqlite:///{tmp_path / 'hango.db'}"
     with LlamaServer(llama_python, tmp_path / "doomed.log") as doomed:
 
@@ -135,24 +156,25 @@ async def test_a_server_killed_mid_stream_leaves_a_saved_resumable_failed_run(
 
         store = await SqliteRunStore.open(db)
         try:
-            model = model_from_spec(MODEL, base_url=doomed.base_url)
-            harness = Harness(store, model=model, tools=ToolRegistry(), stack=lambda _: [])
-            failed = await harness.run(
-                agent, "Tell a long story about a cat.", emit=kill_on_first_text
-            )
+            async with model_on(doomed.base_url) as model:
+                harness = Harness(store, model=model, tools=ToolRegistry(), stack=lambda _: [])
+                prompt = "Tell a long story about a cat."
+                failed = await harness.run(agent, prompt, emit=kill_on_first_text)
         finally:
             await store.aclose()
     url = f"{doomed.base_url}/chat/completions"
     assert failed.status is RunStatus.FAILED
-    assert failed.error is not None and failed.error.startswith(f"openai: the connection to {url}")
+    assert failed.error is not None and failed.error.startswith(
+        f"openai: the connection to {url}"
+    ), failed.error
 
     store = await SqliteRunStore.open(db)  # what was saved, read back from the file
     try:
         saved = await store.get_run(harness.tenant_id, failed.run_id)
         assert (saved.status, saved.error) == (RunStatus.FAILED, failed.error)
-        model = model_from_spec(MODEL, base_url=llama_server.base_url)
-        harness = Harness(store, model=model, tools=ToolRegistry(), stack=lambda _: [])
-        resumed = await harness.execute(failed.run_id)
+        async with model_on(llama_server.base_url) as model:
+            harness = Harness(store, model=model, tools=ToolRegistry(), stack=lambda _: [])
+            resumed = await harness.execute(failed.run_id)
         history = await store.load_messages(harness.tenant_id, saved.session_id)
     finally:
         await store.aclose()
