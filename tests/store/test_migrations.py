@@ -16,7 +16,7 @@ from hango.cli import main
 from hango.provider.messages import Message
 from hango.store import SchemaError, migrate, open_store
 
-HEAD = ["0001.base", "0002.run-state", "0003.run-queue"]
+HEAD = ["0001.base", "0002.run-state", "0003.run-queue", "0004.run-record"]
 
 
 @pytest.fixture
@@ -44,14 +44,18 @@ def hango(*args: str) -> tuple[int, str]:
 def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
     assert hango("db", "current", "--db", empty_url) == (
         0,
-        "pending: 0001.base, 0002.run-state, 0003.run-queue (run `hango db upgrade`)\n",
+        "pending: 0001.base, 0002.run-state, 0003.run-queue, 0004.run-record "
+        "(run `hango db upgrade`)\n",
     )
     code, out = hango("db", "upgrade", "--db", empty_url, "--json")
-    assert (code, json.loads(out)) == (0, {"applied": HEAD, "current": "0003.run-queue"})
-    assert hango("db", "upgrade", "--db", empty_url) == (0, "already at 0003.run-queue\n")
+    assert (code, json.loads(out)) == (0, {"applied": HEAD, "current": "0004.run-record"})
+    assert hango("db", "upgrade", "--db", empty_url) == (0, "already at 0004.run-record\n")
     assert hango("db", "current", "--db", empty_url) == (0, "\n".join(HEAD) + "\nup to date\n")
-    code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
-    assert (code, out) == (0, "rolled back 0003.run-queue, 0002.run-state; now at 0001.base\n")
+    code, out = hango("db", "downgrade", "--steps", "3", "--db", empty_url)
+    assert (code, out) == (
+        0,
+        "rolled back 0004.run-record, 0003.run-queue, 0002.run-state; now at 0001.base\n",
+    )
     code, out = hango("db", "current", "--db", empty_url, "--json")
     assert json.loads(out) == {"applied": ["0001.base"], "pending": HEAD[1:]}
     code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
@@ -77,11 +81,15 @@ async def test_downgrading_run_state_drops_state_json_and_upgrading_restores_it(
     queue_columns = {"lease_owner", "lease_token", "lease_expires_at", "attempts"}
     assert {"state_json"} | queue_columns <= columns()
 
-    assert migrate.downgrade(empty_url, steps=2) == ["0003.run-queue", "0002.run-state"]
-    assert not ({"state_json"} | queue_columns) & columns()
+    assert migrate.downgrade(empty_url, steps=3) == [
+        "0004.run-record",
+        "0003.run-queue",
+        "0002.run-state",
+    ]
+    assert not ({"state_json", "config_json"} | queue_columns) & columns()
     assert migrate.current(empty_url) == ["0001.base"]
 
-    assert migrate.upgrade(empty_url) == ["0002.run-state", "0003.run-queue"]
+    assert migrate.upgrade(empty_url) == ["0002.run-state", "0003.run-queue", "0004.run-record"]
     assert {"state_json"} | queue_columns <= columns()
     async with await open_store(empty_url) as store:
         back = await store.get_run(tenant, run.id)
@@ -100,7 +108,7 @@ async def test_a_database_newer_than_the_code_is_refused(
         "INSERT INTO _yoyo_migration (migration_hash, migration_id, applied_at_utc) "
         "VALUES (?, ?, ?)",
         "f" * 64,
-        "0004.from-a-newer-hango",
+        "0099.from-a-newer-hango",
         "2030-01-01 00:00:00",
     )
     with pytest.raises(SchemaError, match="newer version"):
@@ -119,9 +127,9 @@ async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_ur
         await open_store(empty_url)
     migrate.upgrade(empty_url)
     migrate.downgrade(empty_url)
-    with pytest.raises(SchemaError, match=r"missing 0003\.run-queue"):
+    with pytest.raises(SchemaError, match=r"missing 0004\.run-record"):
         await open_store(empty_url)
-    assert migrate.current(empty_url) == HEAD[:2]  # refusing changed nothing
+    assert migrate.current(empty_url) == HEAD[:3]  # refusing changed nothing
     migrate.upgrade(empty_url)
     store = await open_store(empty_url)
     await store.aclose()
@@ -131,7 +139,34 @@ async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_ur
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_sqlite_upgrades_itself_on_open(empty_url: str) -> None:
     migrate.upgrade(empty_url)
-    migrate.downgrade(empty_url, steps=2)
+    migrate.downgrade(empty_url, steps=3)
     store = await open_store(empty_url)
     await store.aclose()
     assert migrate.current(empty_url) == HEAD
+
+
+@pytest.mark.anyio
+async def test_downgrading_the_run_record_keeps_runs_and_makes_suspended_ones_resumable(
+    empty_url: str, columns: Callable[[], set[str]]
+) -> None:
+    migrate.upgrade(empty_url)
+    tenant = uuid.uuid4()
+    async with await open_store(empty_url) as store:
+        a = await store.put_agent(tenant, "test", {"name": "test"})
+        config = {"stack": [{"name": "todo", "distribution": "hango-todo", "version": "1"}]}
+        run = await store.create_run(tenant, a.id, Message.user("wait"), config=config)
+        assert (await store.get_run(tenant, run.id)).config == config
+        await store.save_run(
+            tenant, run.id, version=0, status=RunStatus.SUSPENDED, state={"version": 1}
+        )
+    assert migrate.downgrade(empty_url) == ["0004.run-record"]
+    assert "config_json" not in columns()
+    assert migrate.upgrade(empty_url) == ["0004.run-record"]
+    async with await open_store(empty_url) as store:
+        back = await store.get_run(tenant, run.id)
+        assert (back.status, back.state, back.config) == (
+            RunStatus.CANCELLED,
+            {"version": 1},
+            {},
+        )
+        assert await store.load_messages(tenant, run.session_id) == [Message.user("wait")]

@@ -284,7 +284,10 @@ def anthropic_tools(wire: Sequence[JSONDict]) -> tuple[tuple[ToolSpec, ...], tup
         name = tool["name"]
         specs.append(
             ToolSpec(
-                name, tool.get("description", ""), tool["input_schema"], tool.get("strict", False)
+                name,
+                tool.get("description", ""),
+                tool["input_schema"],
+                strict=tool.get("strict", False),
             )
         )
         amendment = {k: v for k, v in tool.items() if k not in _TOOL_SPEC_KEYS}

@@ -368,9 +368,11 @@ async def test_a_500_that_rejects_the_request_is_not_retried() -> None:
     body = {"error": {"message": LLAMA_CPP_500, "type": "internal_server_error"}}
     replay = Replay([Served(500, "application/json", json.dumps(body).encode())] * 2)
     async with model_on(replay) as model:
-        with pytest.raises(ModelError, match="7 validation errors"):
+        with pytest.raises(ModelError, match="7 validation errors") as caught:
             await accumulate(model.stream(USER))
     assert len(replay.requests) == 1
+    # not transient: a fallback middleware must not send the same bad request elsewhere either
+    assert (caught.value.status, caught.value.transient) == (500, False)
 
 
 async def test_a_server_that_sends_no_usage_gives_unknown_usage() -> None:

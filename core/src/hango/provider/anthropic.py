@@ -9,7 +9,8 @@ Request mapping (https://platform.claude.com/docs/en/api/messages):
 - ``Request.system`` is sent as a list of text blocks, never a string, and each block's
   ``cache_control`` is sent on exactly that block, so a cache breakpoint lands on the index where
   a middleware put it (https://platform.claude.com/docs/en/build-with-claude/prompt-caching).
-  ``cache_control`` on a message text block is sent the same way, and so are its ``citations``.
+  ``cache_control`` on a message's text or ``tool_result`` block and on a ``ToolSpec`` is sent
+  the same way, on exactly that block or tool; a text block's ``citations`` are sent with it.
 - Blocks map one to one and in order: text, ``tool_use`` (id, name, input), ``tool_result``
   (tool_use_id, content, is_error), and ``thinking`` (with its signature),
   ``redacted_thinking`` and every ``ServerBlock`` (``server_tool_use``,
@@ -205,10 +206,14 @@ class AnthropicModel:
                 raise ModelError(f"anthropic: the stream from {url} ended before message_stop")
 
 
+def _cache_control(marker: Mapping[str, str]) -> sdk.CacheControlEphemeralParam:
+    return cast(sdk.CacheControlEphemeralParam, dict(marker))
+
+
 def _text(block: TextBlock) -> sdk.TextBlockParam:
     param: sdk.TextBlockParam = {"type": "text", "text": block.text}
     if block.cache_control is not None:
-        param["cache_control"] = cast(sdk.CacheControlEphemeralParam, dict(block.cache_control))
+        param["cache_control"] = _cache_control(block.cache_control)
     if block.citations:
         param["citations"] = [cast(sdk.TextCitationParam, dict(c)) for c in block.citations]
     return param
@@ -222,12 +227,15 @@ def _block(block: Block) -> sdk.ContentBlockParam:
             params = dict(arguments) if isinstance(arguments, Mapping) else {}
             return {"type": "tool_use", "id": id_, "name": name, "input": params}
         case ToolResultBlock(tool_use_id=tool_use_id, content=content, is_error=is_error):
-            return {
+            result: sdk.ToolResultBlockParam = {
                 "type": "tool_result",
                 "tool_use_id": tool_use_id,
                 "content": content,
                 "is_error": is_error,
             }
+            if block.cache_control is not None:
+                result["cache_control"] = _cache_control(block.cache_control)
+            return result
         case ThinkingBlock(thinking=thinking, signature=signature):
             return {"type": "thinking", "thinking": thinking, "signature": signature}
         case RedactedThinkingBlock(data=data):
@@ -253,6 +261,8 @@ def _tool(spec: ToolSpec, written: Mapping[str, Any] | None) -> sdk.ToolUnionPar
         "description": spec.description,
         "input_schema": dict(spec.input_schema),
     }
+    if spec.cache_control is not None:
+        param["cache_control"] = _cache_control(spec.cache_control)
     if spec.strict:
         param["strict"] = True
     return cast(sdk.ToolUnionParam, param | dict(written or {}))
@@ -380,7 +390,7 @@ def _explain(exc: Exception) -> Failure | None:
             f"anthropic {exc.type or 'error'} ({where}): {text}",
             transient=is_transient_status(status)
             and not spent
-            and not request_rejected(status, exc.type, text),
+            and not request_rejected(status, text),
             status=status or None,
             retry_after=retry_after_seconds(exc.response.headers),
         )

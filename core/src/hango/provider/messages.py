@@ -51,11 +51,13 @@ class ToolUseBlock:
 
 @frozen
 class ToolResultBlock:
-    """The result of the tool call whose id is ``tool_use_id``; sent in a user message."""
+    """The result of the tool call whose id is ``tool_use_id``; sent in a user message.
+    ``cache_control`` is a cache breakpoint on this block, like ``TextBlock``'s."""
 
     tool_use_id: str
     content: str
     is_error: bool = False
+    cache_control: Mapping[str, str] | None = None
     type: Literal["tool_result"] = field(default="tool_result", init=False)
 
 
@@ -186,6 +188,8 @@ class Usage:
 @frozen
 class ToolSpec:
     """What the model is told about a tool: name, description and a JSON Schema object.
+    ``cache_control`` is a cache breakpoint after this tool's definition (Anthropic), e.g.
+    ``{"type": "ephemeral"}``; ``None`` means none.
 
     ``strict`` asks the provider to guarantee that the model's arguments validate against
     ``input_schema`` (Anthropic strict tool use, OpenAI structured outputs); the schema must
@@ -195,6 +199,7 @@ class ToolSpec:
     name: str
     description: str
     input_schema: Mapping[str, JSON]
+    cache_control: Mapping[str, str] | None = None
     strict: bool = False
 
 

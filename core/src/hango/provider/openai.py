@@ -376,7 +376,7 @@ def _explain(exc: Exception) -> Failure | None:
             f"openai {exc.type or 'error'} (HTTP {status}): {text}",
             transient=is_transient_status(status)
             and not quota
-            and not request_rejected(status, exc.type, text),
+            and not request_rejected(status, text),
             status=status,
             retry_after=retry_after_seconds(exc.response.headers),
         )

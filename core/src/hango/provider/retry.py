@@ -60,16 +60,17 @@ def is_transient_status(status: int) -> bool:
     return status == 429 or status >= 500
 
 
-# What a server error body says when the server failed to validate OUR request: an OpenAI-style
-# ``invalid_request_error`` type, or a pydantic / FastAPI validation report ("1 validation error
-# for X", "7 validation errors:"), which llama-cpp-python's server sends with HTTP 500.
-_REQUEST_REJECTED = re.compile(r"invalid_request_error|\b\d+ validation errors?\b")
+# How a server error body reports that the server failed to validate OUR request: a pydantic /
+# FastAPI validation report ("1 validation error for X", "7 validation errors:"), which
+# llama-cpp-python's server sends with HTTP 500. Only the text decides: error types are not
+# used consistently enough across compatible servers to tell a bad request from a bad server.
+_REQUEST_REJECTED = re.compile(r"\b\d+ validation errors?\b")
 
 
-def request_rejected(status: int, error_type: str | None, message: str) -> bool:
-    """True when a 5xx response's error ``error_type`` or ``message`` says the request itself is
-    invalid, which no retry can fix."""
-    return status >= 500 and bool(_REQUEST_REJECTED.search(f"{error_type or ''} {message}"))
+def request_rejected(status: int, message: str) -> bool:
+    """True when a 5xx response's error ``message`` says the request itself is invalid, which no
+    retry can fix."""
+    return status >= 500 and bool(_REQUEST_REJECTED.search(message))
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -150,8 +151,8 @@ async def stream_with_retries(
 
     ``explain`` turns an SDK exception into a ``Failure``; it returns ``None`` for anything else,
     which propagates unchanged (a bug should not be reported as a provider error). Raises
-    ``ModelError`` when the failure is not transient, when retries are used up, or when the
-    attempt had already yielded an event.
+    ``ModelError`` (with the failure's ``status`` and ``transient``) when the failure is not
+    transient, when retries are used up, or when the attempt had already yielded an event.
     """
     retries = 0
     while True:
@@ -169,7 +170,12 @@ async def stream_with_retries(
             if failure is None:
                 raise
             if yielded or not failure.transient or retries >= policy.max_retries:
-                raise ModelError(failure.message) from exc
+                # Transient only while nothing reached the caller: a fallback that repeated
+                # the call elsewhere would hand the accumulator a second answer.
+                transient = failure.transient and not yielded
+                raise ModelError(
+                    failure.message, status=failure.status, transient=transient
+                ) from exc
             retries += 1
             delay = policy.delay(retries, failure.retry_after)
             _record_retry(retries, delay, failure.status)

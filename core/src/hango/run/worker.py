@@ -69,6 +69,9 @@ class Worker:
         self.max_attempts = max_attempts
         # Expired leases notify no one, so an idle worker also looks every so often.
         self.idle_seconds = min(lease_seconds / 2, 5.0)
+        # Runs whose recorded stack needs a middleware this worker cannot build are left in
+        # the queue for a worker that can (docs/postgres.md).
+        self._installed = harness.installed_middleware()
         self._stop = anyio.Event()
         self._claiming = anyio.CancelScope()
         self._runs: anyio.CancelScope | None = None
@@ -128,7 +131,10 @@ class Worker:
         with anyio.CancelScope(shield=True):
             try:
                 lease = await self.store.claim_run(
-                    self.harness.tenant_id, self.name, lease_seconds=self.lease_seconds
+                    self.harness.tenant_id,
+                    self.name,
+                    lease_seconds=self.lease_seconds,
+                    installed=self._installed,
                 )
             except Exception as exc:
                 log.warning("claiming a run failed (retrying): %s", exc)

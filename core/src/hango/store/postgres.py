@@ -13,7 +13,7 @@ import contextlib
 import datetime as dt
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -46,7 +46,7 @@ _Conn = psycopg.AsyncConnection[DictRow]
 
 _RUN_COLUMNS = (
     "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
-    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at"
+    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json"
 )
 
 # One statement: the version check, the run row and the session's messages from from_index on.
@@ -80,6 +80,10 @@ WITH next AS (
     WHERE tenant_id = %(tenant)s
         AND (status = 'queued'
             OR (status IN ('running', 'cancelled') AND lease_expires_at < now()))
+        -- Only runs whose recorded stack this worker can build (NULL: no filter).
+        AND (%(installed)s::text[] IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements(config_json -> 'stack') AS m
+            WHERE NOT (m ->> 'name' = ANY(%(installed)s::text[]))))
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -119,6 +123,7 @@ def _run(row: DictRow) -> RunRecord:
         message_start=row["message_start"],
         version=row["version"],
         state=row["state_json"],
+        config=row["config_json"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         attempts=row["attempts"],
@@ -210,6 +215,7 @@ class PostgresRunStore:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        config: dict[str, Any] | None = None,
     ) -> RunRecord:
         run_id = uuid.uuid4()
         async with self._pool.connection() as conn, conn.transaction():
@@ -255,9 +261,17 @@ class PostgresRunStore:
                 ),
             )
             cur = await conn.execute(
-                "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start) "
-                f"VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_RUN_COLUMNS}",
-                (tenant_id, run_id, session_id, agent_id, status.value, start),
+                "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start, "
+                f"config_json) VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb) RETURNING {_RUN_COLUMNS}",
+                (
+                    tenant_id,
+                    run_id,
+                    session_id,
+                    agent_id,
+                    status.value,
+                    start,
+                    _dumps(config or {}),
+                ),
             )
             row = await cur.fetchone()
         assert row is not None  # INSERT ... RETURNING returns the row
@@ -351,11 +365,23 @@ class PostgresRunStore:
     # -- the queue -------------------------------------------------------------------------
 
     async def claim_run(
-        self, tenant_id: uuid.UUID, owner: str, *, lease_seconds: float
+        self,
+        tenant_id: uuid.UUID,
+        owner: str,
+        *,
+        lease_seconds: float,
+        installed: Collection[str] | None = None,
     ) -> Lease | None:
         token = uuid.uuid4()
         row = await self._one(
-            _CLAIM, {"tenant": tenant_id, "owner": owner, "token": token, "seconds": lease_seconds}
+            _CLAIM,
+            {
+                "tenant": tenant_id,
+                "owner": owner,
+                "token": token,
+                "seconds": lease_seconds,
+                "installed": None if installed is None else sorted(installed),
+            },
         )
         if row is None:
             return None
