@@ -203,7 +203,7 @@ class OpenAIChatModel:
             if mapper.finish_reason is None:
                 url = chat_stream.response.url
                 raise ModelError(f"openai: the stream from {url} ended without a finish reason")
-            for event in mapper.end():
+            for event in mapper.end(mapper.finish_reason):
                 yield event
 
 
@@ -349,9 +349,9 @@ class _ChunkMapper:
                 self.finish_reason = choice.finish_reason
         return events
 
-    def end(self) -> list[StreamEvent]:
-        """The closing events, once a finish reason has arrived."""
-        stop = _FINISH_REASONS.get(self.finish_reason or "stop", StopReason.END_TURN)
+    def end(self, finish_reason: str) -> list[StreamEvent]:
+        """The closing events of a stream that ended with ``finish_reason``."""
+        stop = _FINISH_REASONS.get(finish_reason, StopReason.END_TURN)
         if stop is StopReason.END_TURN and self.refused:
             stop = StopReason.REFUSAL
         elif stop is StopReason.END_TURN and self.tool_blocks:
