@@ -41,12 +41,13 @@ from hango.agent.events import (
 )
 from hango.agent.middleware import ModelRequest, ToolCallRequest
 from hango.agent.state import State
-from hango.provider.events import StreamEvent
+from hango.provider.events import ProviderRetry, StreamEvent
 from hango.provider.messages import (
     Message,
     Request,
     StopReason,
     TextBlock,
+    ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -64,12 +65,17 @@ Checkpoint = Callable[[State], Awaitable[None]]
 @frozen
 class LoopSettings:
     """What the loop needs of an agent: the model name sent in requests, the agent's own
-    system blocks, the turn limit (model calls per run) and ``max_tokens`` per call."""
+    system blocks, the turn limit (model calls per run), ``max_tokens`` per call, and the
+    request's tool options (``Request.tool_choice``, ``parallel_tool_calls``, ``server_tools``),
+    which a middleware may still change per call."""
 
     model: str
     system: tuple[TextBlock, ...] = ()
     max_turns: int = 25
     max_tokens: int = 4096
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    server_tools: tuple[Mapping[str, Any], ...] = ()
 
 
 @frozen
@@ -250,7 +256,8 @@ async def run_loop(
             async with _closing(called.stream(req)) as stream:
                 async for event in stream:
                     acc.add(event)
-                    attempts.streamed = True
+                    # A provider's retry notice is not part of what the attempt said.
+                    attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
                     await emit(event)
             response = acc.response()
             attempts.kept = response.message
@@ -350,6 +357,9 @@ async def run_loop(
             system=settings.system,
             tools=tuple(t.spec for t in tools.values()),
             max_tokens=settings.max_tokens,
+            tool_choice=settings.tool_choice,
+            parallel_tool_calls=settings.parallel_tool_calls,
+            server_tools=settings.server_tools,
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
             response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
