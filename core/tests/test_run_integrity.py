@@ -36,6 +36,7 @@ from hango import (
 )
 from hango.provider.events import (
     MessageStop,
+    ProviderRetry,
     StreamEvent,
     ToolInputDelta,
     ToolUseStart,
@@ -240,6 +241,33 @@ async def test_no_discard_when_nothing_was_dropped(tmp_path: Path) -> None:
 
     async with agent_harness(tmp_path, turns=[{"text": "Hello there."}], stack=[Retry()]) as h:
         await h.run(h.agent, "go", emit=emit)
+    assert not any(isinstance(e, AttemptDiscarded) for e in events)
+
+
+class RetryNoticeThenFail:
+    """The first attempt says only that the provider is retrying, then fails for good."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        self.attempts += 1
+        if self.attempts == 1:
+            yield ProviderRetry("anthropic", 529, 1, 2, 0.0, "overloaded")
+            raise ModelError("overloaded")
+        yield TextDelta(0, "Fine.")
+        yield DONE
+
+
+async def test_a_retry_notice_alone_is_nothing_to_discard(tmp_path: Path) -> None:
+    events: list[object] = []
+
+    async def emit(event: object) -> None:
+        events.append(event)
+
+    async with agent_harness(tmp_path, model=RetryNoticeThenFail(), stack=[Retry()]) as h:
+        finished = await h.run(h.agent, "go", emit=emit)
+    assert finished.status is RunStatus.COMPLETED
     assert not any(isinstance(e, AttemptDiscarded) for e in events)
 
 
