@@ -9,6 +9,7 @@ from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunFinished,
     RunStarted,
@@ -18,7 +19,15 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
-from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.interrupt import (
+    Decision,
+    DecisionRefused,
+    Interrupt,
+    InterruptError,
+    PendingAction,
+    argument_digest,
+)
+from hango.agent.loop import LoopSettings, held_calls, run_loop
 from hango.agent.middleware import (
     Middleware,
     ModelHandler,
@@ -60,7 +69,7 @@ from hango.provider import (
     ToolUseBlock,
     Usage,
 )
-from hango.run import Harness, RunNotResumable
+from hango.run import Decided, Harness, RunNotResumable
 from hango.store import RunStore, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
@@ -72,8 +81,14 @@ __all__ = [
     "AgentFileError",
     "Chain",
     "ConfigError",
+    "Decided",
+    "Decision",
+    "DecisionRefused",
     "Event",
     "Harness",
+    "Interrupt",
+    "InterruptError",
+    "InterruptRaised",
     "LoopSettings",
     "Message",
     "MessageCompleted",
@@ -84,6 +99,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelWrapper",
+    "PendingAction",
     "PluginError",
     "PromptContributor",
     "Request",
@@ -119,9 +135,11 @@ __all__ = [
     "ToolWrapper",
     "TurnFinished",
     "Usage",
+    "argument_digest",
     "default_stack",
     "dump_state",
     "error_result",
+    "held_calls",
     "hookimpl",
     "load_private",
     "load_state",

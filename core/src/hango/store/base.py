@@ -37,7 +37,8 @@ class StaleVersion(StoreError):
 
 
 class SessionBusy(StoreError):
-    """A session already has a queued or running run."""
+    """A session already has a queued, running or suspended run (a suspended run's history
+    ends with calls that wait for a decision)."""
 
 
 class SchemaError(StoreError):
@@ -148,7 +149,7 @@ class RunStore(Protocol):
         ``config`` (what it is started with, see ``RunRecord``) is stored as config_json.
 
         Raises ``NotFound`` for an unknown session and ``SessionBusy`` when the session has a
-        queued or running run.
+        queued, running or suspended run.
         """
         ...
 

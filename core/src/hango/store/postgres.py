@@ -236,7 +236,7 @@ class PostgresRunStore:
                     raise NotFound(f"session {session_id} not found")
                 cur = await conn.execute(
                     "SELECT id FROM runs WHERE tenant_id = %s AND session_id = %s "
-                    "AND status IN ('queued', 'running') LIMIT 1",
+                    "AND status IN ('queued', 'running', 'suspended') LIMIT 1",
                     (tenant_id, session_id),
                 )
                 busy = await cur.fetchone()

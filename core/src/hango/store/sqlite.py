@@ -215,7 +215,7 @@ class SqliteRunStore:
                     raise NotFound(f"session {session_id} not found")
                 busy = conn.execute(
                     "SELECT id FROM runs WHERE tenant_id = ? AND session_id = ? "
-                    "AND status IN ('queued', 'running')",
+                    "AND status IN ('queued', 'running', 'suspended')",
                     (tenant, str(session_id)),
                 ).fetchone()
                 if busy is not None:
