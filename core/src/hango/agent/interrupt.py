@@ -13,9 +13,9 @@ the middleware acts on it.
 - Interrupt ids are a UUID5 of (run id, tool call id, middleware, interrupt name): no two runs,
   agents, parallel calls or middlewares share one, and a resumed pass derives the same id.
 - A decision is bound to the arguments it was given for (``argument_digest`` of tool name and
-  input). It stays readable for its call during one interrupt cycle (until the batch is
-  finished) and is retired once its call starts or gets a result, so it never becomes a
-  standing approval and a call is never run twice on one decision.
+  input). It stays readable for its call during one interrupt cycle and is retired once its
+  call starts or gets a result (every call of the batch gets one before the next model call),
+  so it never becomes a standing approval and a call is never run twice on one decision.
 - A call that starts executing under a decision, or a call to a tool that is not idempotent, is
   recorded as started (``Interrupts.started``) and saved before it runs; a resumed run never
   runs a started call without a result again unless someone decides so.
@@ -220,11 +220,6 @@ class Interrupts:
         """The call has a result (saved with this record): nothing about it is pending."""
         self.retire(tool_call_id)
         self.started.pop(tool_call_id, None)
-
-    def end_cycle(self) -> None:
-        """The batch is finished: answers no call read are retired, so none outlives its cycle."""
-        for call_id in {p.tool_call_id for p in self.pending}:
-            self.retire(call_id)
 
 
 def outcome_unknown(call: ToolUseBlock, started: StartedCall) -> ToolResult:

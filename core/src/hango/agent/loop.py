@@ -289,9 +289,6 @@ async def run_loop(
                 state.interrupts.ask(pause.action)
                 paused.append(pause.action)
                 await emit(InterruptRaised(pause.action))
-        if not paused:
-            # The batch is done: no answer of this interrupt cycle outlives it.
-            state.interrupts.end_cycle()
         # Per-batch data must not leak into the next batch or a resumed run.
         state.scratch.clear()
         return paused
