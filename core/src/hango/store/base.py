@@ -225,8 +225,9 @@ class RunStore(Protocol):
     async def release_run(self, lease: Lease) -> bool:
         """Give up the lease: clear it, and put a run that did not finish (``running`` or
         ``cancelled``) back to ``queued`` with ``attempts`` reset to 0 and no error (handing a
-        run back is not a failure); a finished run keeps its status, count and error.
-        Increments the version. Returns ``False``, writing nothing, when the lease was no
+        run back is not a failure); a finished run keeps its status, count and error, and a
+        suspended run its status with ``attempts`` reset to 0 (waiting for a person is not a
+        failure either). Increments the version. Returns ``False``, writing nothing, when the lease was no
         longer held."""
         ...
 
