@@ -4,6 +4,7 @@ suspended run prints (what it waits for and the exact commands to decide)."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import uuid
 from collections.abc import Sequence
@@ -36,8 +37,9 @@ def _edit(value: str, spec: str) -> Decision:
     """``JSON`` (new arguments) or ``TOOL JSON`` (another tool and its arguments)."""
     tool: str | None = None
     text = spec.strip()
-    if not text.startswith("{"):
-        tool, _, text = text.partition(" ")
+    named = re.fullmatch(r"([A-Za-z_][\w.-]*)\s+(\{.*)", text, re.DOTALL)
+    if named:
+        tool, text = named.groups()
     try:
         arguments = json.loads(text)
     except ValueError as exc:

@@ -204,7 +204,7 @@ async def test_approve_reject_and_respond(tmp_path: Path) -> None:
         assert results == [
             ("wrote a", False),
             ("contents of a", False),
-            ("Rejected by a person: Not that file.. The call did not run.", True),
+            ("Rejected by a person: Not that file. The call did not run.", True),
             ("c is already written.", False),
         ]
 

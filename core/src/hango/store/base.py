@@ -227,8 +227,8 @@ class RunStore(Protocol):
         ``cancelled``) back to ``queued`` with ``attempts`` reset to 0 and no error (handing a
         run back is not a failure); a finished run keeps its status, count and error, and a
         suspended run its status with ``attempts`` reset to 0 (waiting for a person is not a
-        failure either). Increments the version. Returns ``False``, writing nothing, when the lease was no
-        longer held."""
+        failure either). Increments the version. Returns ``False``, writing nothing, when the
+        lease was no longer held."""
         ...
 
     def watch_queue(

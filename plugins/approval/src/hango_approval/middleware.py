@@ -100,8 +100,7 @@ class HumanInTheLoopMiddleware:
                 )
                 if decision.type == "respond":
                     return ToolResult(decision.message or "")
-                note = f": {decision.message}" if decision.message else ""
-                return error_result("Rejected by a person%s. The call did not run.", note)
+                return error_result("%s The call did not run.", _rejected(decision.message))
             edited = decision.edited_call(call)
             telemetry.record(telemetry.REQUEST_REWRITTEN, middleware=self.name, reason="edited")
             if edited.name == call.name:
@@ -116,6 +115,13 @@ class HumanInTheLoopMiddleware:
             return await next(req)
         result = await next(req.with_call(call))
         return ToolResult(_edited_note(call) + result.content, result.is_error)
+
+
+def _rejected(message: str | None) -> str:
+    text = (message or "").strip()
+    if not text:
+        return "Rejected by a person."
+    return f"Rejected by a person: {text}" + ("" if text[-1] in ".!?" else ".")
 
 
 def _edited_note(call: ToolUseBlock) -> str:
