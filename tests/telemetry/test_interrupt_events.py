@@ -4,14 +4,13 @@ names only; no argument, reason or decision text reaches telemetry."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hango import Decision, RunStatus, telemetry, tool
 from hango.testing import agent_harness
 from hango_approval import HumanInTheLoopMiddleware
-
-from .conftest import Telemetry
 
 pytestmark = pytest.mark.anyio
 
@@ -24,9 +23,7 @@ def transfer(account: str) -> str:
     return f"moved to {account}"
 
 
-async def test_raised_decided_resumed_carry_ids_and_names_only(
-    tmp_path: Path, otel: Telemetry
-) -> None:
+async def test_raised_decided_resumed_carry_ids_and_names_only(tmp_path: Path, otel: Any) -> None:
     turns = [
         {"tool_calls": [{"name": "transfer", "input": {"account": SECRET}}]},
         {"text": "done"},
