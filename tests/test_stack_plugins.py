@@ -1,4 +1,4 @@
-"""The four feature plugins installed together: the exact stack, the exact tools the provider
+"""The five feature plugins installed together: the exact stack, the exact tools the provider
 sees, and the plan, repeat-call and state_json behaviour of a real run on SQLite."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import attrs
 import pytest
 
 import hango_allowlist
+import hango_approval
 import hango_repair
 import hango_repeat
 import hango_todo
@@ -46,12 +47,13 @@ from hango_repair import INTERRUPTED
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 HANGO = Path(sys.executable).with_name("hango")
 
-STACK = ["repair_tool_calls", "todo", "repeat_call", "tool_allowlist"]
+STACK = ["repair_tool_calls", "todo", "repeat_call", "human_in_the_loop", "tool_allowlist"]
 PLUGINS: dict[str, ModuleType] = {
     "todo": hango_todo,
     "repeat": hango_repeat,
     "allowlist": hango_allowlist,
     "repair": hango_repair,
+    "approval": hango_approval,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -59,6 +61,7 @@ SLOTS = {
     "repeat": "repeat_call",
     "allowlist": "tool_allowlist",
     "repair": "repair_tool_calls",
+    "approval": "human_in_the_loop",
 }
 
 
@@ -78,7 +81,7 @@ class RecordingModel:
 # -- the stack -------------------------------------------------------------------------------
 
 
-def test_default_stack_is_exactly_the_four_in_slot_order() -> None:
+def test_default_stack_is_exactly_the_five_in_slot_order() -> None:
     stack = default_stack(StackConfig(), make_plugin_manager(env={}))
     assert [m.name for m in stack] == STACK
 
@@ -99,7 +102,7 @@ def test_removing_a_plugin_empties_its_slot_and_moves_no_other(removed: str) -> 
     assert [m.name for m in default_stack(StackConfig(), pm)] == remaining
 
 
-def test_hango_plugins_lists_the_four_in_slot_order() -> None:
+def test_hango_plugins_lists_the_five_in_slot_order() -> None:
     done = subprocess.run(
         [HANGO, "plugins", "--json"], capture_output=True, text=True, check=True, timeout=60
     )
@@ -108,6 +111,7 @@ def test_hango_plugins_lists_the_four_in_slot_order() -> None:
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
+        ("human_in_the_loop", "hango-approval", "human_in_the_loop"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
     assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]
