@@ -1,10 +1,14 @@
-"""Approval with queue workers, on SQLite and PostgreSQL: a decided run goes back on the queue
-and exactly one of two racing workers continues it; approval cycles are not failed attempts;
-a suspended run keeps its session busy."""
+"""Approval with queue workers, on SQLite and PostgreSQL: a decided run (``Harness.decide``,
+or ``hango resume --approve`` for a submitted run) goes back on the queue and exactly one of
+two racing workers continues it; approval cycles are not failed attempts; a suspended run
+keeps its session busy."""
 
 from __future__ import annotations
 
 import collections
+import functools
+import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -64,6 +68,17 @@ async def wait_for(
             await anyio.sleep(0.05)
 
 
+def approve_by_command(
+    url: str, tenant: uuid.UUID, run_id: uuid.UUID, call_id: str
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    env |= {"HANGO_TENANT": str(tenant), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "hango", "resume", str(run_id), "--approve", call_id, "--db", url],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
 def executions(root: Path) -> collections.Counter[str]:
     log = root / "executions.log"
     return collections.Counter(log.read_text().splitlines() if log.exists() else [])
@@ -98,9 +113,18 @@ async def test_two_workers_race_to_continue_a_decided_run_and_exactly_one_does(
                     await mine.create_run(
                         tenant, run.agent_id, Message.user("again"), session_id=run.session_id
                     )
-                # Both workers are idle when the decision puts the run back on the queue.
-                done = await me.decide(run.id, {f"toolu_scripted_{turn}_0": Decision.approve()})
-                assert done.run.status is RunStatus.QUEUED
+                # Both workers are idle when the decision puts the run back on the queue: by
+                # Python, then by the command, which queues a submitted run.
+                call_id = f"toolu_scripted_{turn}_0"
+                if turn == 0:
+                    done = await me.decide(run.id, {call_id: Decision.approve()})
+                    assert done.run.status is RunStatus.QUEUED
+                else:
+                    decided = await anyio.to_thread.run_sync(
+                        functools.partial(approve_by_command, database_url, tenant, run.id, call_id)
+                    )
+                    assert decided.returncode == 0, decided.stderr
+                    assert f"run {run.id} is queued for a worker" in decided.stdout
             await wait_for(mine, tenant, run.id, RunStatus.COMPLETED)
             for w in workers:
                 w.stop()

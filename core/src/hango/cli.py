@@ -268,7 +268,11 @@ def run(
     metavar="CALL_ID=TEXT",
     help="Do not run a pending call; the model gets TEXT as its result.",
 )
-@click.option("--queue", is_flag=True, help="Record the decisions and leave the run to a worker.")
+@click.option(
+    "--queue",
+    is_flag=True,
+    help="Record the decisions and leave the run to a worker (the default for a submitted run).",
+)
 @db_option
 @json_option
 @click.argument("run_id")
@@ -289,7 +293,8 @@ def resume(
     """Resume RUN_ID from its last saved turn boundary.
 
     A suspended run continues once each pending tool call has a decision (several may be
-    given at once); `hango runs show RUN_ID` lists them."""
+    given at once); `hango runs show RUN_ID` lists them. It continues in this terminal, or,
+    if it was submitted for workers (or with --queue), goes back on the queue."""
     rid = _parse_uuid(run_id, "run")
     decisions = parse_decisions(approve, reject, edit, respond)
     from hango.telemetry_setup import configure_telemetry
@@ -316,8 +321,9 @@ def resume(
             # The run continues on the model it started with, unless --model changes it.
             harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
             if decisions:
-                done = await harness.decide(rid, decisions, queue=queue)
-                finished = _decided(done, as_json=as_json, db=db, queue=queue)
+                to_queue = queue or bool(record.config.get("queued"))
+                done = await harness.decide(rid, decisions, queue=to_queue)
+                finished = _decided(done, as_json=as_json, db=db, queue=to_queue)
                 if finished is not None:
                     return finished
                 record = done.run
@@ -356,7 +362,8 @@ def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> in
     elif done.waiting:
         print_pending(console, run.id, done.waiting, db)
     else:
-        console.print(f"run {run.id} is {run.status.value}", markup=False)
+        left = " for a worker" if run.status is RunStatus.QUEUED else ""
+        console.print(f"run {run.id} is {run.status.value}{left}", markup=False)
     if done.waiting:
         return SUSPENDED_EXIT
     return 0 if run.status in (RunStatus.QUEUED, RunStatus.COMPLETED) else 1

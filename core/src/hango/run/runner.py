@@ -153,6 +153,8 @@ class Harness:
                 "stack": [p.record() for p in placements],
                 "model": self.model_spec or agent.model_spec,
                 "base_url": self.base_url or agent.base_url,
+                # Started for workers: a decision puts it back on the queue (hango resume).
+                "queued": status is RunStatus.QUEUED,
             },
         )
         if not agent.portable:

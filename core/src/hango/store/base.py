@@ -68,7 +68,8 @@ class RunRecord:
     ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode);
     ``version`` increments on every save. ``config`` is what the run was started with
     (``runs.config_json``): ``{"stack": [{"name", "distribution", "version"}, ...], "model":
-    SPEC, "base_url": URL | None}``, ``{}`` for a run recorded before migration 0004."""
+    SPEC, "base_url": URL | None, "queued": bool}`` (``queued``: started for workers), ``{}`` for
+    a run recorded before migration 0004."""
 
     id: uuid.UUID
     tenant_id: uuid.UUID
