@@ -23,6 +23,9 @@ from hango import (
     Interrupt,
     InterruptRaised,
     Message,
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
     PendingAction,
     RunFinished,
     RunNotResumable,
@@ -280,6 +283,24 @@ async def test_an_interrupt_after_the_call_ran_is_an_error_naming_the_middleware
     assert finished.error is not None
     assert "middleware 'late'" in finished.error and "after the call ran" in finished.error
     assert executed == ["act x"]
+
+
+async def test_a_pause_outside_a_tool_call_fails_the_run_naming_the_middleware(
+    tmp_path: Path,
+) -> None:
+    class ModelGate:
+        name = "model_gate"
+
+        async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+            action = PendingAction("i", "-", "-", {}, "d", ("approve",), self.name, "ask", "r", "t")
+            raise Interrupt(action)
+
+    async with agent_harness(tmp_path, turns=[{"text": "hi"}], stack=[ModelGate()]) as h:
+        finished = await h.run(h.agent, "go")
+        run = await h.store.get_run(h.tenant_id, finished.run_id)
+    assert finished.status is RunStatus.FAILED and run.status is RunStatus.FAILED
+    assert finished.error is not None
+    assert "middleware 'model_gate' raised interrupt 'ask' outside a tool call" in finished.error
 
 
 async def test_an_interrupt_allowing_no_known_decision_is_an_error(tmp_path: Path) -> None:

@@ -251,6 +251,16 @@ class InterruptError(RuntimeError):
     names the middleware. It fails the run."""
 
 
+def misplaced(pause: Interrupt) -> InterruptError:
+    """The error for a pause that reached the runner: raised outside a tool call's
+    ``wrap_tool_call`` (a model wrapper, a run hook), where nothing can wait for a decision."""
+    action = pause.action
+    return InterruptError(
+        f"middleware {action.middleware!r} raised interrupt {action.name!r} outside a tool "
+        "call; only wrap_tool_call can pause a run (ToolCallRequest.interrupt)"
+    )
+
+
 class CallScope:
     """What the chain did with one tool call in this pass; shared by every rewrite of the
     call's ``ToolCallRequest`` (``attrs.evolve`` keeps it) and never persisted.

@@ -24,7 +24,7 @@ from hango import telemetry
 from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
-from hango.agent.interrupt import Decision, PendingAction
+from hango.agent.interrupt import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
 from hango.agent.stack import (
@@ -409,7 +409,9 @@ class Harness:
                 with anyio.CancelScope(shield=True):
                     await saver.save(state, RunStatus.CANCELLED, error="cancelled")
                 raise
-            except Exception as exc:
+            except (Exception, Interrupt) as exc:
+                if isinstance(exc, Interrupt):
+                    exc = misplaced(exc)
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
