@@ -537,6 +537,35 @@ async def test_a_gated_call_whose_outcome_is_unknown_is_asked_again(tmp_path: Pa
         assert [a.outcome_unknown for a in decided] == [False, True]
 
 
+async def test_a_wrapper_may_retry_a_non_idempotent_call_in_the_same_pass(
+    tmp_path: Path,
+) -> None:
+    attempts: list[int] = []
+
+    @tool(idempotent=False)
+    def flaky(n: int) -> str:
+        """Fails the first time."""
+        attempts.append(n)
+        if len(attempts) == 1:
+            raise OSError("try again")
+        return "ok"
+
+    class RetryOnError:
+        name = "retry"
+
+        async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+            result = await next(req)
+            return await next(req) if result.is_error else result
+
+    turns = [calls(("flaky", {"n": 1})), {"text": "done"}]
+    async with agent_harness(tmp_path, turns=turns, stack=[RetryOnError()], tools=[flaky]) as h:
+        finished = await h.run(h.agent, "go")
+        (result,) = (await history(h, finished.run_id))[2].tool_results
+    # The retry is the wrapper's own decision in this pass: the start it recorded itself does
+    # not make the outcome "unknown" (only a start left by a pass that stopped does).
+    assert attempts == [1, 1] and result.content == "ok"
+
+
 async def test_a_non_idempotent_call_is_recorded_as_started_before_it_runs(
     tmp_path: Path,
 ) -> None:

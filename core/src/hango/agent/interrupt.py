@@ -266,19 +266,21 @@ class CallScope:
     call's ``ToolCallRequest`` (``attrs.evolve`` keeps it) and never persisted.
 
     ``executed``: the innermost handler was reached. ``decided``: the call proceeds on a
-    person's decision. ``answers``: the decisions read in this pass, by interrupt id, so a
-    wrapper's retry sees the same answer. ``probe``: the loop only asks whether the call would
-    pause; the innermost handler must not run it. ``tools``: the run's tools by name (what an
-    edit to another tool resolves against).
+    person's decision. ``started``: this pass recorded the call as started (a wrapper's retry
+    may run it again; a start left by an earlier pass may not). ``answers``: the decisions read
+    in this pass, by interrupt id, so a wrapper's retry sees the same answer. ``probe``: the
+    loop only asks whether the call would pause; the innermost handler must not run it.
+    ``tools``: the run's tools by name (what an edit to another tool resolves against).
     """
 
-    __slots__ = ("answers", "decided", "executed", "probe", "tools")
+    __slots__ = ("answers", "decided", "executed", "probe", "started", "tools")
 
     def __init__(self, tools: Mapping[str, Tool] | None = None, *, probe: bool = False) -> None:
         self.tools: Mapping[str, Tool] = tools or {}
         self.probe = probe
         self.executed = False
         self.decided = False
+        self.started = False
         self.answers: dict[str, Decision] = {}
 
 

@@ -206,12 +206,15 @@ async def run_loop(
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
         book = state.interrupts
         started = book.started.get(call.id)
-        if started is not None and not scope.decided:
+        if started is not None and not (scope.decided or scope.started):
+            # Started by a pass that stopped before saving its result: no one decided to
+            # run it again.
             return outcome_unknown(call, started)
         if scope.decided or not getattr(tool, "idempotent", True):
             # Saved before it runs: a resumed run must know this call may have taken effect,
             # and the decision it runs on is used up.
             book.start(call.id, call.name, argument_digest(call.name, call.input))
+            scope.started = True
             await checkpoint(state)
         # A copy: a tool that keeps or mutates its arguments must not change the history.
         return await tool.call(copy.deepcopy(call.input), ToolContext(treq.state, call))
