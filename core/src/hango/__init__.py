@@ -6,6 +6,7 @@ stores (``hango.run``, ``hango.store``).
 """
 
 from hango.agent.chain import Chain
+from hango.agent.decisions import DecisionRefused
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     Event,
@@ -21,7 +22,6 @@ from hango.agent.events import (
 )
 from hango.agent.interrupt import (
     Decision,
-    DecisionRefused,
     Interrupt,
     InterruptError,
     PendingAction,

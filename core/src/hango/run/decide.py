@@ -16,14 +16,9 @@ import attrs
 from attrs import frozen
 
 from hango import telemetry
+from hango.agent.decisions import DecisionRefused, record_decisions
 from hango.agent.events import RunStatus
-from hango.agent.interrupt import (
-    Decision,
-    DecisionRefused,
-    PendingAction,
-    decided,
-    record_decisions,
-)
+from hango.agent.interrupt import Decision, PendingAction, decided
 from hango.agent.state import dump_state, load_state
 from hango.store.base import RunRecord, RunStore, StaleVersion
 
