@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hango import State, StateError, Todo, dump_state, load_private, load_state, store_private
-from hango.agent.state import load_run_state, new_run_state
+from hango.agent.state import STATE_VERSION, load_run_state, new_run_state
 
 
 @attrs.define
@@ -52,7 +52,7 @@ def test_three_middlewares_round_trip_through_json_text() -> None:
     assert load_private(again, "repeat_call", Counts) == (Counts({"abc": 2}), True)
     assert load_private(again, "budget", Budget) == (Budget(1.5), True)
     assert load_private(again, "filesystem", Seen) == (Seen(["/a", "/b"], "/b"), True)
-    assert json.loads(text)["version"] == 1
+    assert json.loads(text)["version"] == STATE_VERSION
 
 
 def test_missing_key_gives_default_and_records_state_missing() -> None:
@@ -226,7 +226,7 @@ def test_a_version_without_an_upgrade_path_is_one_line() -> None:
         load_state(doc)
     assert str(info.value) == (
         "run state (state_json) is malformed at $.version: 0 has no upgrade path "
-        "(this hango reads from 1)"
+        f"(this hango reads versions 1 to {STATE_VERSION})"
     )
 
 

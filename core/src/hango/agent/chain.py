@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal
 
+import anyio
 import attrs
 
 from hango import telemetry
@@ -132,9 +133,12 @@ def _guard_tool(base: ToolHandler, last: list[Any]) -> ToolHandler:
     """The innermost tool handler: an exception becomes an error result, so every wrapper sees
     a result. Cancellation passes through; ``SystemExit`` and ``KeyboardInterrupt`` raised by
     tool code are a tool's failure too (a tool calling ``sys.exit`` must not end the process).
-    The result is also kept in ``last[0]``, for ``Chain._find_culprit``."""
+    So does an ``Interrupt`` (a ``BaseException``, caught by nothing here): a pause is never a
+    tool error. Reaching it marks the call as run, after which it may not pause. The result is
+    also kept in ``last[0]``, for ``Chain._find_culprit``."""
 
     async def innermost(req: ToolCallRequest) -> ToolResult:
+        req.scope.executed = True
         try:
             result = await base(req)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
@@ -398,8 +402,12 @@ class Chain:
         with telemetry.tracer.start_as_current_span("middleware.diagnose"):
             try:
                 await onion(req)
-            except Exception:
-                pass  # a second failure tells nothing more than the first
+            except (anyio.get_cancelled_exc_class(), KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException:
+                # A second failure tells nothing more than the first, and a pause (an
+                # Interrupt) on this pass must not suspend the run.
+                pass
             finally:
                 state.private, state.todos, state.scratch = saved[0], saved[1], saved[2]
         return found[0] if found else None
