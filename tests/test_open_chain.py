@@ -121,6 +121,7 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
         "model_fallback",
         "prompt_cache",
         "memory",
+        "human_in_the_loop",
         "tool_allowlist",
     ]
     assert {e["name"]: (e["distribution"], e["version"]) for e in stack}["audit_log"] == (
@@ -319,12 +320,13 @@ async def test_harness_middleware_objects_join_the_default_stack(
     record = await store.get_run(harness.tenant_id, finished.run_id)
     names = [(e["name"], e["distribution"]) for e in record.config["stack"]]
     # After the agent's own, still inside the agent slot: before memory and the allowlist.
-    assert names[-6:] == [
+    assert names[-7:] == [
         ("shout", "hango-shout"),
         ("recorder", "<in-process>"),
         ("model_fallback", "hango-fallback"),
         ("prompt_cache", "hango-prompt-cache"),
         ("memory", "hango-recall"),
+        ("human_in_the_loop", "hango-approval"),
         ("tool_allowlist", "hango-allowlist"),
     ]
     # A harness without the object cannot continue such a run; one with it can.

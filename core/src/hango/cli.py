@@ -1,9 +1,10 @@
 """The ``hango`` command (click for parsing, rich for output).
 
 User errors print one line on stderr and exit 2; a run that fails exits 1; a cancelled run
-(Ctrl-C) is saved and exits 130. After either, a command that resumes the run is printed on
-stderr, ready to paste (``hango.resume_hint``). Run and session ids are taken whole or as a
-unique prefix, as git takes object names.
+(Ctrl-C) is saved and exits 130; a run suspended for a person's decision exits 3, printing what
+it waits for and the commands that decide. After a cancel or a failure, a command that resumes
+the run is printed on stderr, ready to paste (``hango.resume_hint``). Run and session ids are
+taken whole or as a unique prefix, as git takes object names.
 """
 
 from __future__ import annotations
@@ -35,13 +36,20 @@ from hango.agent.state import StateError
 from hango.config import DEFAULT_TENANT, Config, ConfigError, hango_settings
 from hango.convert import message_to_json
 from hango.event_json import event_to_json
+from hango.pending import (
+    SUSPENDED_EXIT,
+    parse_decisions,
+    pending_json,
+    pending_of,
+    print_pending,
+)
 from hango.plugins import PluginError, make_plugin_manager
 from hango.provider.messages import Message
 from hango.provider.model import ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist, clip, tool_call_line, tool_result_lines
-from hango.run import Harness
+from hango.run import Decided, Harness
 from hango.run.runner import AllowlistWarning
 from hango.store import RunStore, SessionBusy, StoreError, open_store, resolve_id
 from hango.store.base import IdKind, RunRecord
@@ -49,8 +57,9 @@ from hango.store.base import IdKind, RunRecord
 T = TypeVar("T")
 Output = Literal["text", "json", "jsonl"]
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# emoji=False: rich would print a tool path "x:smile:y" or a model's ":b:" as emoji.
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 #: Exceptions that are the user's to fix: shown as one line, never a traceback.
 USER_ERRORS = (
@@ -180,6 +189,7 @@ class _Resume:
         trace: str | None = None,
         output: Output = "text",
     ) -> None:
+        self.db_option = db  # as given; the decision commands of a suspended run name it
         url = _db_url(db)
         self.db = url if url != Config.from_env({}).database_url else None
         tenant = Config.from_env().tenant_id
@@ -212,8 +222,11 @@ def _summary(finished: RunFinished, run: RunRecord, answer: str | None) -> dict[
         "usage": {
             "input_tokens": finished.usage.input_tokens,
             "output_tokens": finished.usage.output_tokens,
+            # calls whose server reported no usage: the counts then miss their tokens
+            "unknown_calls": finished.usage.unknown_calls,
         },
         "answer": answer,
+        "pending": pending_json(finished.pending),
     }
 
 
@@ -279,6 +292,10 @@ async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: 
     if output == "json":
         answer = last.text if last and finished.status is RunStatus.COMPLETED else None
         console.print_json(json.dumps(_summary(finished, run, answer)))
+    elif output == "text" and finished.pending:
+        print_pending(console, run.id, finished.pending, resume.db_option)
+    if finished.status is RunStatus.SUSPENDED:
+        return SUSPENDED_EXIT
     if finished.status is RunStatus.FAILED:
         _hint("resume with:", resume.command(run.id))
     return 0 if finished.status is RunStatus.COMPLETED else 1
@@ -377,6 +394,30 @@ def run(
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
 @trace_option
 @click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
+@click.option("--approve", multiple=True, metavar="CALL_ID", help="Approve a pending tool call.")
+@click.option(
+    "--reject",
+    multiple=True,
+    metavar="CALL_ID[=MESSAGE]",
+    help="Reject a pending call; the model gets MESSAGE as an error result.",
+)
+@click.option(
+    "--edit",
+    multiple=True,
+    metavar="CALL_ID=JSON",
+    help="Run a pending call with these arguments (JSON object), or 'TOOL JSON' for another tool.",
+)
+@click.option(
+    "--respond",
+    multiple=True,
+    metavar="CALL_ID=TEXT",
+    help="Do not run a pending call; the model gets TEXT as its result.",
+)
+@click.option(
+    "--queue",
+    is_flag=True,
+    help="Record the decisions and leave the run to a worker (the default for a submitted run).",
+)
 @db_option
 @run_json_option
 @jsonl_option
@@ -386,13 +427,23 @@ def resume(
     base_url: str | None,
     trace: str | None,
     force: bool,
+    approve: tuple[str, ...],
+    reject: tuple[str, ...],
+    edit: tuple[str, ...],
+    respond: tuple[str, ...],
+    queue: bool,
     db: str | None,
     as_json: bool,
     jsonl: bool,
     run_id: str,
 ) -> None:
-    """Resume RUN_ID (an id or a unique prefix) from its last saved turn boundary."""
+    """Resume RUN_ID (an id or a unique prefix) from its last saved turn boundary.
+
+    A suspended run continues once each pending tool call has a decision (several may be
+    given at once); `hango runs show RUN_ID` lists them. It continues in this terminal, or,
+    if it was submitted for workers (or with --queue), goes back on the queue."""
     output = _output(as_json, jsonl)
+    decisions = parse_decisions(approve, reject, edit, respond)
     from hango.telemetry_setup import configure_telemetry
 
     configure_telemetry(trace)
@@ -418,11 +469,53 @@ def resume(
                 )
             # The run continues on the model it started with, unless --model changes it.
             harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
+            if decisions:
+                to_queue = queue or bool(record.config.get("queued"))
+                done = await harness.decide(rid, decisions, queue=to_queue)
+                finished = _decided(done, as_json=output == "json", db=db, queue=to_queue)
+                if finished is not None:
+                    return finished
+                record = done.run
             return await _execute(harness, record, output=output, resume=again)
         finally:
             await store.aclose()
 
     _exit(_run_async(main_))
+
+
+def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> int | None:
+    """Report what ``hango resume`` recorded; the exit code when there is nothing to run here
+    (still waiting, left to a worker, or already finished), else None."""
+    run = done.run
+    if not as_json:
+        for call_id in done.recorded:
+            err_console.print(f"{call_id}: decision recorded", markup=False, style="dim")
+        for call_id in done.unchanged:
+            err_console.print(
+                f"{call_id}: that decision was already recorded (no change)",
+                markup=False,
+                style="dim",
+            )
+    finished = run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+    if not (done.waiting or (queue and not finished) or (finished and not done.recorded)):
+        return None
+    if as_json:
+        doc = {
+            "run_id": str(run.id),
+            "status": run.status.value,
+            "recorded": list(done.recorded),
+            "unchanged": list(done.unchanged),
+            "pending": pending_json(done.waiting),
+        }
+        console.print_json(json.dumps(doc))
+    elif done.waiting:
+        print_pending(console, run.id, done.waiting, db)
+    else:
+        left = " for a worker" if run.status is RunStatus.QUEUED else ""
+        console.print(f"run {run.id} is {run.status.value}{left}", markup=False)
+    if done.waiting:
+        return SUSPENDED_EXIT
+    return 0 if run.status in (RunStatus.QUEUED, RunStatus.COMPLETED) else 1
 
 
 @main.group()
@@ -536,14 +629,18 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
             messages = await store.load_messages(tenant, record.session_id)
         finally:
             await store.aclose()
+        pending = pending_of(record.state)
         if as_json:
             doc = _run_json(record) | {
+                "pending": None if pending is None else pending_json(pending),
                 "state": record.state,
                 "messages": [message_to_json(m) for m in messages],
             }
             console.print_json(json.dumps(doc))
             return
         _print_run(record, messages)
+        if pending and record.status is RunStatus.SUSPENDED:
+            print_pending(console, record.id, pending, db)
 
     _run_async(main_)
 

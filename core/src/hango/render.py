@@ -25,7 +25,9 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunFinished,
     RunStarted,
@@ -35,8 +37,8 @@ from hango.agent.events import (
     ToolCallStarted,
 )
 from hango.agent.state import Todo
-from hango.provider.events import TextDelta
-from hango.provider.messages import ToolUseBlock
+from hango.provider.events import ProviderRetry, TextDelta
+from hango.provider.messages import ToolUseBlock, Usage
 
 # A line that never wraps: cut at the terminal's width with an ellipsis.
 _ONE_LINE: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis", "crop": True}
@@ -84,6 +86,29 @@ def plan_progress(todos: Sequence[Todo]) -> str:
     active = next((t.content for t in todos if t.status == "in_progress"), None)
     tail = f"; now: {active}" if active else ""
     return f"plan {done}/{len(todos)} done{tail}"
+
+
+def retry_line(retry: ProviderRetry) -> str:
+    """One line: provider, what failed (HTTP status or no response), the retry and its wait, and
+    the error, e.g. ``openai: HTTP 503, retry 1 of 4 in 1 s: server_error (HTTP 503): busy``."""
+    status = "no response" if retry.status is None else f"HTTP {retry.status}"
+    detail = retry.error.removeprefix(f"{retry.provider}: ").removeprefix(f"{retry.provider} ")
+    return (
+        f"{retry.provider}: {status}, retry {retry.attempt} of {retry.max_retries} "
+        f"in {retry.wait_seconds:g} s: {clip(detail)}"
+    )
+
+
+def usage_text(usage: Usage) -> str:
+    """Token counts, saying when some calls' usage was not reported (then a lower bound)."""
+    if usage.known:
+        return f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+    if not (usage.input_tokens or usage.output_tokens):
+        return "usage not reported by the server"
+    return (
+        f"at least {usage.input_tokens} in / {usage.output_tokens} out tokens; "
+        f"{usage.unknown_calls} calls' usage not reported"
+    )
 
 
 def tool_call_line(call: ToolUseBlock) -> Text:
@@ -261,6 +286,17 @@ class Renderer:
                 else:
                     c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
                     self._text += text
+            case AttemptDiscarded():
+                if self._live is not None:
+                    # Not yet printed: the retried call's text simply replaces it.
+                    self._text = ""
+                    self._refresh()
+                elif self._text:
+                    # A pipe cannot take back what it printed: say it does not count.
+                    self._end_text()
+                    self._print(Text("(discarded: the model call was tried again)", style="dim"))
+            case ProviderRetry():
+                self.note(retry_line(event))
             case MessageCompleted(message=message):
                 if not message.tool_uses and self._live is not None:
                     # The answer: the plan goes above it, so the answer is what is read last.
@@ -277,6 +313,11 @@ class Renderer:
                 self._refresh()
                 slow = took if took is not None and took >= SLOW_TOOL else None
                 self._lines(tool_result_lines(result.content, result.is_error, slow))
+            case InterruptRaised(action=action):
+                self.note(
+                    f"  ⏸ waiting for a person: {action.reason} ({action.tool_call_id})",
+                    style="yellow",
+                )
             case TodosUpdated(todos=todos):
                 self._todos = todos
                 self._plan_shown = False
@@ -284,17 +325,15 @@ class Renderer:
                     self._refresh()
                 else:
                     self._print(Text(plan_progress(todos), style="yellow"), **_ONE_LINE)
-            case RunFinished(status=status, error=error, usage=usage):
+            case RunFinished(status=status, error=error, usage=usage, pending=pending):
                 self._end_text()
                 self._show_plan()
-                style = "green" if status is RunStatus.COMPLETED else "red"
-                tail = f": {error}" if error else ""
-                self._print(
-                    Text(
-                        f"{status.value}{tail} "
-                        f"({usage.input_tokens} in / {usage.output_tokens} out tokens)",
-                        style=style,
-                    )
+                style = {RunStatus.COMPLETED: "green", RunStatus.SUSPENDED: "yellow"}.get(
+                    status, "red"
                 )
+                tail = f": {error}" if error else ""
+                if pending:
+                    tail = f": waiting for a decision on {len(pending)} tool call(s)"
+                self._print(Text(f"{status.value}{tail} ({usage_text(usage)})", style=style))
             # Provider stream events other than text (tool input pieces, thinking, the
-            # message stop) are not shown; a provider retry is a ``note``.
+            # message stop) are not shown.

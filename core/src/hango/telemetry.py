@@ -135,6 +135,9 @@ REASON: Final = "hango.reason"
 TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 TOOL_TYPE: Final = "gen_ai.tool.type"
+INTERRUPT_ID: Final = "hango.interrupt.id"
+INTERRUPT_NAME: Final = "hango.interrupt.name"
+INTERRUPT_DECISION: Final = "hango.interrupt.decision"
 ERROR_TYPE: Final = "error.type"
 OPERATION_NAME: Final = "gen_ai.operation.name"
 PROVIDER_NAME: Final = "gen_ai.provider.name"
@@ -173,6 +176,10 @@ RETRIED: Final = "middleware.retried"
 REPEAT_CALL_BLOCKED: Final = "middleware.repeat_call_blocked"
 STATE_MISSING: Final = "middleware.state_missing"
 TODOS_UPDATED: Final = "agent.todos_updated"
+# A middleware paused a run for a decision / a person decided / the resumed run read it.
+INTERRUPT_RAISED: Final = "agent.interrupt_raised"
+INTERRUPT_DECIDED: Final = "agent.interrupt_decided"
+INTERRUPT_RESUMED: Final = "agent.interrupt_resumed"
 
 # -- metrics -----------------------------------------------------------------------------
 
@@ -373,12 +380,14 @@ def agent_model(span: Span, model: Mapping[str, AttributeValue], request_model: 
 
 def agent_finished(span: Span, usage: Usage, messages: Sequence[Message]) -> None:
     """Close the ``invoke_agent`` span's account: this execution's token usage summed over its
-    model calls (``gen_ai.usage.*``, as on ``chat``). ``messages`` are the run's own, from its
-    prompt on; with content capture on, the prompt becomes ``gen_ai.input.messages`` and a
-    final assistant message ``gen_ai.output.messages``."""
+    model calls (``gen_ai.usage.*``, as on ``chat``; none when a call's server reported no
+    usage, as the sum would be too low). ``messages`` are the run's own, from its prompt on;
+    with content capture on, the prompt becomes ``gen_ai.input.messages`` and a final
+    assistant message ``gen_ai.output.messages``."""
     if not span.is_recording():
         return
-    span.set_attributes(_usage_attributes(usage))
+    if usage.known:
+        span.set_attributes(_usage_attributes(usage))
     if messages and content.capture_enabled():
         span.set_attribute(INPUT_MESSAGES, content.input_messages(messages[:1]))
         last = messages[-1]
@@ -442,11 +451,14 @@ class ChatCall:
 
     def finished(self, response: ModelResponse) -> None:
         """Set finish reason, response id and model, and token usage on the span (with content
-        capture on, the completion too) and record ``gen_ai.client.token.usage``."""
-        usage = _usage_attributes(response.usage)
+        capture on, the completion too) and record ``gen_ai.client.token.usage``; no token
+        counts at all when the server reported no usage (rather than zeros)."""
         span = self.span
+        known = response.usage.known
         if span.is_recording():
-            span.set_attributes({FINISH_REASONS: (response.stop_reason.value,), **usage})
+            span.set_attribute(FINISH_REASONS, (response.stop_reason.value,))
+            if known:
+                span.set_attributes(_usage_attributes(response.usage))
             if response.id:
                 span.set_attribute(RESPONSE_ID, response.id)
             if response.model:
@@ -456,6 +468,8 @@ class ChatCall:
                     OUTPUT_MESSAGES,
                     content.output_messages(response.message, response.stop_reason.value),
                 )
+        if not known:
+            return
         metric_attributes = {k: v for k, v in self._attributes.items() if k != SERVER_PORT}
         token_usage.record(
             _input_tokens(response.usage), {**metric_attributes, TOKEN_TYPE: "input"}

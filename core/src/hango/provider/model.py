@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Protocol, runtime_checkable
 
 from attrs import frozen
 
 from hango.provider.events import (
+    CitationDelta,
     MessageStop,
+    ProviderRetry,
     RedactedThinking,
+    ServerBlockStart,
     SignatureDelta,
     StreamEvent,
     TextDelta,
@@ -20,10 +23,12 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango.provider.messages import (
+    JSON,
     Block,
     Message,
     RedactedThinkingBlock,
     Request,
+    ServerBlock,
     StopReason,
     TextBlock,
     ThinkingBlock,
@@ -51,12 +56,17 @@ class ModelError(Exception):
 
 @frozen
 class ModelResponse:
-    """The assistant message of one model call, its stop reason and its usage; ``id`` and
-    ``model`` are the provider's response id and answering model, when it gave them."""
+    """The assistant message of one model call, its stop reason and its usage.
+
+    ``stop_details`` is the provider's structured detail of the stop, when it sends one: for an
+    Anthropic refusal ``{"type": "refusal", "category": ..., "explanation": ...}``. ``id`` and
+    ``model`` are the provider's response id and answering model, when it gave them.
+    """
 
     message: Message
     stop_reason: StopReason
     usage: Usage
+    stop_details: Mapping[str, JSON] | None = None
     id: str | None = None
     model: str | None = None
 
@@ -70,9 +80,10 @@ class Model(Protocol):
 
 
 class _Part:
-    """One content block being built: its kind, text pieces and, for tool calls, id and name."""
+    """One content block being built: its kind, text pieces, and the kind's extras (signature
+    pieces, citations, a tool call's id and name, a server block's opening JSON)."""
 
-    __slots__ = ("id", "kind", "name", "pieces", "signature")
+    __slots__ = ("citations", "id", "kind", "name", "opening", "pieces", "signature")
 
     def __init__(self, kind: str, id: str = "", name: str = "") -> None:
         self.kind = kind
@@ -80,15 +91,22 @@ class _Part:
         self.name = name
         self.pieces: list[str] = []
         self.signature: list[str] = []
+        self.citations: list[Mapping[str, JSON]] = []
+        self.opening: Mapping[str, JSON] = {}
 
     def block(self) -> Block:
         text = "".join(self.pieces)
         if self.kind == "text":
-            return TextBlock(text)
+            return TextBlock(text, citations=tuple(self.citations))
         if self.kind == "thinking":
             return ThinkingBlock(text, "".join(self.signature))
         if self.kind == "redacted":
             return RedactedThinkingBlock(text)
+        if self.kind == "server":
+            # A server tool call's input arrives in pieces after an empty opening ``input``.
+            return ServerBlock(
+                {**self.opening, "input": _decode_arguments(text)} if self.pieces else self.opening
+            )
         return ToolUseBlock(self.id, self.name, _decode_arguments(text))
 
 
@@ -119,6 +137,11 @@ class Accumulator:
                 self._part(i, "thinking").pieces.append(text)
             case SignatureDelta(index=i, signature=sig):
                 self._part(i, "thinking").signature.append(sig)
+            case CitationDelta(index=i, citation=citation):
+                self._part(i, "text").citations.append(citation)
+            case ServerBlockStart(index=i, block=block):
+                part = self._parts[i] = _Part("server")
+                part.opening = block
             case RedactedThinking(index=i, data=data):
                 self._part(i, "redacted").pieces.append(data)
             case ToolUseStart(index=i, id=id_, name=name):
@@ -127,7 +150,7 @@ class Accumulator:
                 self._part(i, "tool").pieces.append(piece)
             case MessageStop():
                 self._stop = event
-            case ToolUseStop():
+            case ToolUseStop() | ProviderRetry():
                 pass
 
     def response(self) -> ModelResponse:
@@ -140,6 +163,7 @@ class Accumulator:
             Message("assistant", blocks),
             stop.stop_reason,
             stop.usage,
+            stop.stop_details,
             stop.response_id,
             stop.response_model,
         )
@@ -156,7 +180,7 @@ def _decode_arguments(raw: str) -> object:
         # NaN and Infinity are not JSON (RFC 8259); Python would accept them and PostgreSQL
         # would then refuse to store the message.
         return json.loads(raw, parse_constant=_not_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply to decode: malformed as well
         return raw
 
 

@@ -21,9 +21,10 @@ import anyio
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError, session_scoped
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
+from hango.agent.interrupt import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
 from hango.agent.stack import (
@@ -35,11 +36,19 @@ from hango.agent.stack import (
     in_process,
     resolve_stack,
 )
-from hango.agent.state import State, StateError, dump_state, load_state
+from hango.agent.state import (
+    State,
+    StateError,
+    dump_state,
+    load_run_state,
+    load_state,
+    new_run_state,
+)
 from hango.config import DEFAULT_TENANT, ConfigError, hango_settings
 from hango.plugins import PluginManager, make_plugin_manager
-from hango.provider.messages import Message, StopReason, Usage
+from hango.provider.messages import JSON, Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
+from hango.run.decide import Decided, decide_run
 from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
 from hango.tool.registry import ToolRegistry
 
@@ -151,6 +160,8 @@ class Harness:
                 "stack": [p.record() for p in placements],
                 "model": self.model_spec or agent.model_spec,
                 "base_url": self.base_url or agent.base_url,
+                # Started for workers: a decision puts it back on the queue (hango resume).
+                "queued": status is RunStatus.QUEUED,
             },
         )
         if not agent.portable:
@@ -243,6 +254,44 @@ class Harness:
         run = await self.start(agent, message, session_id=session_id)
         return await self.execute(run.id, emit=emit)
 
+    async def decide(
+        self, run_id: uuid.UUID, decisions: Mapping[str, Decision], *, queue: bool = True
+    ) -> Decided:
+        """Record a person's ``decisions`` (tool call id -> ``Decision``) for the suspended run
+        ``run_id``, each bound to its pending action (run, call id, argument digest).
+
+        Once no pending action waits, the run is put back on the queue (``queue=True``: a
+        worker continues it) or left ``running`` for this process to ``execute``. Sending a
+        decision already recorded is a no-op. Raises ``NotFound``, ``StateError`` and
+        ``DecisionRefused`` (a call with no pending action, already decided otherwise, a
+        decision type not allowed, arguments that changed), writing nothing.
+        """
+        ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
+        return await decide_run(self.store, self.tenant_id, run_id, decisions, ready=ready)
+
+    async def resume(
+        self,
+        run_id: uuid.UUID,
+        decisions: Mapping[str, Decision] | None = None,
+        *,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        agent: AgentDefinition | None = None,
+    ) -> RunFinished:
+        """Record ``decisions`` (as ``decide``), then continue the run here (``execute``).
+
+        While a pending action still waits for a decision, returns the run as ``suspended``
+        with ``pending`` set, executing nothing; when every decision was already recorded and
+        the run has finished, returns how it finished. Raises as ``decide`` and ``execute``.
+        """
+        if decisions:
+            done = await self.decide(run_id, decisions, queue=False)
+            run = done.run
+            if done.waiting:
+                return _finished(run, RunStatus.SUSPENDED, done.waiting)
+            if not done.recorded and run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+                return _finished(run, run.status, ())
+        return await self.execute(run_id, emit=emit, agent=agent)
+
     @contextlib.asynccontextmanager
     async def stream(self, run_id: uuid.UUID) -> AsyncIterator[AsyncIterator[Event]]:
         """Execute ``run_id`` in a task; yields an async iterator of its events, ending after
@@ -278,6 +327,10 @@ class Harness:
         middleware error ends the run as failed (saved, with the error). Cancellation saves the
         run as cancelled, then propagates. Once ``stop`` is set, the run ends at the next turn
         boundary, saved as ``queued`` (``run_loop``), for a worker to continue.
+
+        A run that pauses for a decision ends ``suspended``: its pending actions are saved with
+        its history and listed in ``RunFinished.pending``. A suspended run some of whose
+        pending actions have no decision yet raises ``RunNotResumable``, writing nothing.
         """
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
@@ -302,14 +355,22 @@ class Harness:
             )
         placements = self._rebuild(run, agent)
         saver = _Saver(self.store, run)
+        previous = None if resumed else await _previous_state(self.store, run)
         try:
-            state = _initial_state(run)
+            state = _initial_state(run, previous, session_scoped(p.middleware for p in placements))
         except StateError as exc:
             # Keep the stored state as it is: the run fails, nothing is lost.
             await saver.mark_failed(str(exc))
             finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
             await emit(finished)
             return finished
+        waiting = state.interrupts.waiting()
+        if run.status is RunStatus.SUSPENDED and waiting:
+            raise RunNotResumable(
+                f"run {run_id} is suspended, waiting for a decision on tool call(s) "
+                f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
+                "CALL_ID, or Harness.decide)"
+            )
         state.messages = await self.store.load_messages(self.tenant_id, run.session_id)
         saver.saved = list(state.messages)
 
@@ -350,6 +411,9 @@ class Harness:
                         agent.system_blocks,
                         agent.max_turns,
                         agent.max_tokens,
+                        tool_choice=agent.tool_choice,
+                        parallel_tool_calls=agent.parallel_tool_calls,
+                        server_tools=agent.server_tools,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
@@ -359,25 +423,38 @@ class Harness:
                 with anyio.CancelScope(shield=True):
                     await saver.save(state, RunStatus.CANCELLED, error="cancelled")
                 raise
-            except Exception as exc:
+            except (Exception, Interrupt) as exc:
+                if isinstance(exc, Interrupt):
+                    exc = misplaced(exc)
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
-                    if isinstance(exc, ModelError | StateError)
+                    if isinstance(exc, ModelError | StateError | MiddlewareError)
                     else (f"{type(exc).__name__}: {exc}")
                 )
                 outcome = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
                 if isinstance(exc, StaleVersion):
                     raise  # another writer owns this run now; saving again would fail too
                 with anyio.CancelScope(shield=True):
-                    await saver.save(state, RunStatus.FAILED, error=error)
+                    try:
+                        await saver.save(state, RunStatus.FAILED, error=error)
+                    except StateError:
+                        # The state itself cannot be saved: the run still must not stay
+                        # running; its last saved state and history are kept.
+                        await saver.mark_failed(error)
             else:
                 await saver.save(
                     state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
                 )
             telemetry.agent_finished(span, outcome.usage, state.messages[run.message_start :])
+            suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
-                run_id, outcome.status, outcome.stop_reason, outcome.error, state.usage
+                run_id,
+                outcome.status,
+                outcome.stop_reason,
+                outcome.error,
+                state.usage,
+                tuple(state.interrupts.waiting()) if suspended else (),
             )
             await emit(finished)
             return finished
@@ -466,10 +543,35 @@ def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
     )
 
 
-def _initial_state(run: RunRecord) -> State:
+def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
+    """How a run stands, from its record (for a resume that executed nothing)."""
+    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
+    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+
+
+def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:
+    """A resumed run's own saved state, or a new run's (``new_run_state``); ``StateError``."""
     if run.state == {}:
-        return State(run.id, run.session_id, run.agent_id, run.tenant_id)
-    return load_state(run.state)
+        return new_run_state(
+            previous,
+            run_id=run.id,
+            session_id=run.session_id,
+            agent_id=run.agent_id,
+            tenant_id=run.tenant_id,
+            session_scoped=session_scoped,
+        )
+    return load_run_state(
+        run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+    )
+
+
+async def _previous_state(store: RunStore, run: RunRecord) -> JSON | None:
+    """The saved state of the run before ``run`` in its session (a session runs one run at a
+    time, so ``run`` is the newest), or None."""
+    for other in await store.list_runs(run.tenant_id, session_id=run.session_id, limit=2):
+        if other.id != run.id:
+            return other.state
+    return None
 
 
 def _first_change(saved: list[Message], current: list[Message]) -> int:
