@@ -80,15 +80,17 @@ class SystemEnds(Mapping[str, int]):
 
 
 def _guard_tool(base: ToolHandler) -> ToolHandler:
-    """The innermost tool handler: an exception becomes an error result, so every wrapper sees
-    a result. Cancellation passes through; ``SystemExit`` and ``KeyboardInterrupt`` raised by
-    tool code are a tool's failure too (a tool calling ``sys.exit`` must not end the process)."""
+    """The innermost tool handler: an exception becomes an error result carrying it in
+    ``ToolResult.exception``, so every wrapper sees a result (and a retry wrapper the cause).
+    Cancellation passes through; ``SystemExit`` and ``KeyboardInterrupt`` raised by tool code
+    are a tool's failure too (a tool calling ``sys.exit`` must not end the process)."""
 
     async def innermost(req: ToolCallRequest) -> ToolResult:
         try:
             return await base(req)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            return error_result("tool %r failed: %s: %s", req.call.name, type(exc).__name__, exc)
+            failed = error_result("tool %r failed: %s: %s", req.call.name, type(exc).__name__, exc)
+            return attrs.evolve(failed, exception=exc)
 
     return innermost
 

@@ -1,0 +1,253 @@
+"""``LimitsMiddleware`` (slot ``limits``): budgets on model calls, tool calls and tokens.
+
+A ModelWrapper and a ToolWrapper. Before a call it checks every limit against the counters;
+after the call completes it counts it (a model call with its tokens, a tool call with its
+tool's name). The counters live in the run's private state, which the loop saves with the
+call's message or result in one checkpoint, so a call is counted exactly when its outcome is
+kept: a run killed mid-call counts that call once, when it is re-run after the resume.
+
+Reaching a limit (the counter is already at its maximum when a call would start):
+
+- ``continue`` (tool limits): the call is not executed; its error result tells the model.
+- ``end``: the call is not executed, and neither is any call left in its batch (each gets an
+  error result, so every tool_use is answered); the next model call is answered here, without
+  the model, by a final assistant message naming the limit, so the run ends completed with a
+  history the next message of the session can build on (the langchain#34159 bug).
+- ``error``: ``LimitReached`` is raised; the run fails with the limit named.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+from attrs import define, field
+
+from hango import (
+    Message,
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
+    State,
+    StopReason,
+    TextBlock,
+    ToolCallRequest,
+    ToolHandler,
+    ToolResult,
+    Usage,
+    error_result,
+    load_private,
+    store_private,
+    telemetry,
+)
+from hango_limits.policy import MODEL_COUNTERS, Limit, LimitPolicy, OnLimit
+
+#: Span attribute naming the limit a call ran into (``run.tool_calls``).
+LIMIT_ATTRIBUTE: Final = "hango.limit"
+
+
+@define
+class Counts:
+    """What one scope has used: completed model calls and their tokens, completed tool calls
+    and, per tool name, its completed calls. ``input_tokens`` counts every prompt token the
+    provider processed, cached or not."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    per_tool: dict[str, int] = field(factory=dict)
+
+    def used(self, limit: Limit) -> int:
+        if limit.tool is not None:
+            return self.per_tool.get(limit.tool, 0)
+        value: int = getattr(self, limit.counter)
+        return value
+
+    def add_model_call(self, usage: Usage) -> None:
+        self.model_calls += 1
+        self.input_tokens += (
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        )
+        self.output_tokens += usage.output_tokens
+
+    def add_tool_call(self, name: str) -> None:
+        self.tool_calls += 1
+        self.per_tool[name] = self.per_tool.get(name, 0) + 1
+
+
+@define
+class LimitsState:
+    """The private state: the counters of this run and of its session (earlier runs included),
+    and ``ending``, the limit an ``end`` is under way for (set when a tool call reached it,
+    cleared by the final message), so a run resumed in between still ends."""
+
+    run: Counts = field(factory=Counts)
+    session: Counts = field(factory=Counts)
+    ending: str | None = None
+
+    def scope(self, limit: Limit) -> Counts:
+        return self.run if limit.scope == "run" else self.session
+
+
+class LimitReached(Exception):
+    """A limit with ``on_limit``/``on_tool_limit = "error"`` was reached: the run fails.
+
+    ``limit`` is the ``Limit``; the message names it and where it is set, for example
+    ``limit reached: 20 model calls per run ([options.limits] run.model_calls)``.
+    """
+
+    def __init__(self, limit: Limit) -> None:
+        super().__init__(f"limit reached: {limit.describe()} ([options.limits] {limit.key})")
+        self.limit = limit
+
+
+def session_history_counts(state: State) -> Counts:
+    """The model and tool calls of the session's earlier runs, read from the history before
+    this run's prompt (the last user message that is not only tool results). Their tokens are
+    not in the history, so they count from zero."""
+    messages = state.messages
+    start = len(messages)
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "user" and len(m.tool_results) != len(m.content):
+            start = i
+            break
+    earlier = messages[:start]
+    names = Counter(use.name for m in earlier for use in m.tool_uses)
+    return Counts(
+        model_calls=sum(1 for m in earlier if m.role == "assistant"),
+        tool_calls=sum(names.values()),
+        per_tool=dict(names),
+    )
+
+
+class LimitsMiddleware:
+    """Enforces ``policy`` on every model and tool call of a run."""
+
+    name = "limits"
+
+    def __init__(self, policy: LimitPolicy) -> None:
+        self.policy = policy
+        self._model_limits = tuple(lim for lim in policy.limits if lim.counter in MODEL_COUNTERS)
+        self._tool_limits = tuple(lim for lim in policy.limits if lim.counter not in MODEL_COUNTERS)
+        self._output_limits = tuple(lim for lim in policy.limits if lim.counter == "output_tokens")
+
+    def _load(self, state: State) -> LimitsState:
+        counts, found = load_private(state, self.name, LimitsState)
+        if not found:
+            counts.session = session_history_counts(state)
+        return counts
+
+    async def before_run(self, state: State) -> None:
+        # The session's earlier calls are read once, when the run first starts, and kept.
+        store_private(state, self.name, self._load(state))
+
+    # -- model calls -----------------------------------------------------------------------
+
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+        counts = self._load(req.state)
+        if counts.ending is not None:
+            reason, counts.ending = counts.ending, None
+            store_private(req.state, self.name, counts)
+            telemetry.record(
+                telemetry.SHORT_CIRCUITED, middleware=self.name, reason="run ended at a limit"
+            )
+            return _final_message(reason)
+        reached = _first_reached(self._model_limits, counts)
+        if reached is not None:
+            return self._model_limit(reached)
+        req = self._cap_output(req, counts)
+        response = await next(req)
+        counts.run.add_model_call(response.usage)
+        counts.session.add_model_call(response.usage)
+        store_private(req.state, self.name, counts)
+        return response
+
+    def _model_limit(self, limit: Limit) -> ModelResponse:
+        _record(limit)
+        if self.policy.on_limit == "error":
+            raise LimitReached(limit)
+        return _final_message(limit.describe())
+
+    def _cap_output(self, req: ModelRequest, counts: LimitsState) -> ModelRequest:
+        """Lower ``max_tokens`` to what is left of the output-token limits, so one call cannot
+        overshoot them."""
+        if not self._output_limits:
+            return req
+        room = min(lim.maximum - counts.scope(lim).used(lim) for lim in self._output_limits)
+        if room >= req.request.max_tokens:
+            return req
+        telemetry.record(
+            telemetry.REQUEST_REWRITTEN, middleware=self.name, reason="max_tokens capped"
+        )
+        return attrs.evolve(req, request=attrs.evolve(req.request, max_tokens=room))
+
+    # -- tool calls ------------------------------------------------------------------------
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        name = req.call.name
+        counts = self._load(req.state)
+        if counts.ending is not None:
+            return error_result(
+                "Not executed: the limit of %s was reached; the run is ending.", counts.ending
+            )
+        reached = _first_reached(
+            (lim for lim in self._tool_limits if lim.tool in (None, name)), counts
+        )
+        if reached is not None:
+            return self._tool_limit(req, reached, counts)
+        result = await next(req)
+        counts.run.add_tool_call(name)
+        counts.session.add_tool_call(name)
+        store_private(req.state, self.name, counts)
+        return result
+
+    def _tool_limit(self, req: ToolCallRequest, limit: Limit, counts: LimitsState) -> ToolResult:
+        _record(limit, tool=req.call.name)
+        behaviour: OnLimit = self.policy.on_tool_limit
+        if behaviour == "error":
+            raise LimitReached(limit)
+        if behaviour == "end":
+            counts.ending = limit.describe()
+            store_private(req.state, self.name, counts)
+            return error_result(
+                "Not executed: the limit of %s was reached; the run is ending.", counts.ending
+            )
+        advice = (
+            f"Do not call {limit.tool!r} again"
+            if limit.tool is not None
+            else "Do not call any more tools"
+        )
+        return error_result(
+            "Not executed: the limit of %s was reached. %s; answer with what you have.",
+            limit.describe(),
+            advice,
+        )
+
+
+def _first_reached(limits: Iterable[Limit], counts: LimitsState) -> Limit | None:
+    for lim in limits:
+        if counts.scope(lim).used(lim) >= lim.maximum:
+            return lim
+    return None
+
+
+def _final_message(reason: str) -> ModelResponse:
+    """The run's last assistant message, made here instead of by the model."""
+    text = f"I stopped here: the limit of {reason} was reached."
+    return ModelResponse(Message("assistant", (TextBlock(text),)), StopReason.END_TURN, Usage())
+
+
+def _record(limit: Limit, *, tool: str | None = None) -> None:
+    attributes: dict[str, str] = {LIMIT_ATTRIBUTE: limit.key}
+    if tool is not None:
+        attributes[telemetry.TOOL_NAME] = tool
+    telemetry.record(
+        telemetry.SHORT_CIRCUITED,
+        middleware=LimitsMiddleware.name,
+        reason="limit reached",
+        attributes=attributes,
+    )
