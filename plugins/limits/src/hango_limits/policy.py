@@ -33,10 +33,10 @@ DEFAULT_ON_LIMIT: Final[OnLimit] = "end"
 DEFAULT_ON_TOOL_LIMIT: Final[OnLimit] = "continue"
 
 _NOUN: Final = {
-    "model_calls": "model calls",
-    "tool_calls": "tool calls",
-    "input_tokens": "input tokens",
-    "output_tokens": "output tokens",
+    "model_calls": "model call",
+    "tool_calls": "tool call",
+    "input_tokens": "input token",
+    "output_tokens": "output token",
 }
 
 _POSITIVE: Final = {"type": "integer", "minimum": 1}
@@ -96,8 +96,10 @@ class Limit:
     def describe(self) -> str:
         """For people and models: ``20 tool calls per run``, ``3 calls of tool 'search' per
         session``."""
-        what = f"calls of tool {self.tool!r}" if self.tool is not None else _NOUN[self.counter]
-        return f"{self.maximum} {what} per {self.scope}"
+        plural = "" if self.maximum == 1 else "s"
+        if self.tool is not None:
+            return f"{self.maximum} call{plural} of tool {self.tool!r} per {self.scope}"
+        return f"{self.maximum} {_NOUN[self.counter]}{plural} per {self.scope}"
 
 
 @frozen
