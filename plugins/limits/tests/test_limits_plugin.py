@@ -42,8 +42,6 @@ from hango.store.sqlite import SqliteRunStore
 from hango.testing import TestHarness, agent_harness
 from hango_limits import LimitPolicy, LimitsMiddleware
 
-REPO = Path(__file__).resolve().parents[3]
-
 executed: list[str] = []
 
 
