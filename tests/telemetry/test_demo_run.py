@@ -29,7 +29,14 @@ pytestmark = pytest.mark.anyio
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 #: The middleware-chain phase's stack, in STACK_ORDER.
-PHASE_STACK = ("repair_tool_calls", "todo", "repeat_call", "tool_allowlist")
+PHASE_STACK = (
+    "repair_tool_calls",
+    "todo",
+    "repeat_call",
+    "limits",
+    "tool_retry",
+    "tool_allowlist",
+)
 
 
 @pytest.fixture
