@@ -1,59 +1,18 @@
 """The plugin manager and the pinned stack, with plugins installed through real entry points
-(temporary distributions on sys.path, found by importlib.metadata)."""
+(temporary distributions on sys.path, found by importlib.metadata: the ``install`` fixture)."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-import textwrap
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import hango
+from conftest import Install
 from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
 from hango.agent.stack import discover
 from hango.cli import main
-
-MODULE = """
-import hango
-
-class Mw:
-    name = {name!r}
-    {methods}
-
-@hango.hookimpl
-def hango_middleware(config):
-    return Mw()
-"""
-
-Install = Callable[..., None]
-
-
-@pytest.fixture
-def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Install:
-    """Install a one-module distribution declaring a ``hango`` entry point."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    created: list[str] = []
-
-    def make(dist: str, plugin: str, middleware: str, body: str | None = None) -> None:
-        module = f"hangotest_{dist.replace('-', '_')}"
-        methods = "def system_blocks(self, state):\n        return []"
-        source = body if body is not None else MODULE.format(name=middleware, methods=methods)
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        info = tmp_path / f"{dist.replace('-', '_')}-1.2.3.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
-        (info / "entry_points.txt").write_text(f"[hango]\n{plugin} = {module}\n")
-        created.append(module)
-        importlib.invalidate_caches()
-
-    yield make  # type: ignore[misc]
-    for module in created:
-        sys.modules.pop(module, None)
 
 
 def test_plugin_installed_through_its_entry_point(install: Install) -> None:

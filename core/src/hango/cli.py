@@ -6,13 +6,15 @@ User errors print one line on stderr and exit 2; a run that fails exits 1; a can
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +35,7 @@ from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist
 from hango.run import Harness
+from hango.run.runner import AllowlistWarning
 from hango.store import StoreError, open_store
 from hango.store.base import RunRecord
 
@@ -61,6 +64,16 @@ def _run_async(fn: Callable[[], Awaitable[T]]) -> T:
     except USER_ERRORS as exc:
         err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """hango's warnings (an allowlist naming a missing tool) as one ``warning:`` line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AllowlistWarning)
+        yield
+    for w in caught:
+        err_console.print(f"warning: {w.message}", style="yellow", markup=False, soft_wrap=True)
 
 
 def _exit(code: int) -> None:
@@ -204,7 +217,8 @@ def run(
                 model_spec=model,
                 base_url=base_url,
             )
-            record = await harness.start(agent, message, session_id=session_id)
+            with _warnings_as_lines():
+                record = await harness.start(agent, message, session_id=session_id)
             return await _execute(harness, record, as_json=as_json)
         finally:
             await store.aclose()
@@ -356,6 +370,14 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
 
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
     console.print(f"session {record.session_id}", style="dim")
+    if record.config:
+        stack = " > ".join(e["name"] for e in record.config.get("stack", [])) or "(none)"
+        console.print(
+            f"model {record.config.get('model')}  stack {stack}",
+            style="dim",
+            markup=False,
+            soft_wrap=True,
+        )
     if record.error:
         console.print(f"error: {record.error}", markup=False, style="red")
     for m in messages:
@@ -548,9 +570,10 @@ def submit(
         store = await open_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            return await harness.start(
-                agent, message, session_id=session_id, status=RunStatus.QUEUED
-            )
+            with _warnings_as_lines():
+                return await harness.start(
+                    agent, message, session_id=session_id, status=RunStatus.QUEUED
+                )
         finally:
             await store.aclose()
 

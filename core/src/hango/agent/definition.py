@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import jsonschema
 from attrs import field, frozen
 
@@ -122,6 +123,13 @@ class AgentDefinition:
     base_dir: str = "."
     middleware: tuple[Any, ...] = field(default=(), converter=tuple)
     options: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    #: Where the agent came from, for error messages (``agent file PATH``); not stored.
+    source: str = field(default="", eq=False, kw_only=True)
+
+    @property
+    def label(self) -> str:
+        """How errors name the agent: its file when it came from one, else its name."""
+        return self.source or f"agent {self.name!r}"
 
     @property
     def middleware_names(self) -> tuple[str, ...]:
@@ -172,7 +180,8 @@ class AgentDefinition:
         if isinstance(doc.get("system"), str):
             doc["system"] = [doc["system"]]
         doc["base_dir"] = str(path.resolve().parent)
-        return cls.from_json(doc, source=f"agent file {path}")
+        agent = cls.from_json(doc, source=f"agent file {path}")
+        return attrs.evolve(agent, source=f"agent file {path}")
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, source: str = "agent") -> AgentDefinition:

@@ -163,6 +163,11 @@ def _provided(pm: PluginManager, config: StackConfig) -> list[tuple[Middleware, 
                     f"{where}: hango_middleware returned {mw!r}, which is not a middleware "
                     "(an object with a non-empty str `name`)"
                 )
+            if name == AGENT_SLOT:
+                raise PluginError(
+                    f"{where}: a middleware cannot be named {AGENT_SLOT!r}: that slot holds the "
+                    "middlewares an agent lists"
+                )
             out.append((mw, impl.plugin_name, dist, version))
     return out
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import anyio
@@ -43,6 +44,10 @@ from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
 from hango.tool.registry import ToolRegistry
 
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
+
+
+class AllowlistWarning(UserWarning):
+    """An agent's ``tool_allowlist`` names a tool that nothing provides."""
 
 
 class RunNotResumable(StoreError):
@@ -155,7 +160,7 @@ class Harness:
     def stack_config(self, agent: AgentDefinition) -> StackConfig:
         """What plugins build a run's middlewares from; the agent's ``[options.*]`` tables are
         validated here (``ConfigError`` naming the table and field)."""
-        source = f"agent {agent.name!r}"
+        source = agent.label
         check_options(agent.options, self.plugins, source=source)
         allowlist = agent.tool_allowlist
         return StackConfig(
@@ -189,6 +194,12 @@ class Harness:
         recorded = run.config.get("stack")
         if recorded is None:
             return self._resolve(agent)
+        # Before the agent's options are checked: a missing plugin is the news, not the table
+        # it would have read.
+        here = self.installed_middleware() | {m.name for m in agent.middleware_objects}
+        for entry in recorded:
+            if entry["name"] not in here:
+                raise RunNotResumable(_missing(run.id, entry))
         config = self.stack_config(agent)
         if self._custom_stack is not None:
             available = {m.name: in_process(m) for m in self._custom_stack(config)}
@@ -413,8 +424,10 @@ class _Saver:
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
-    """Tool names are unique across the agent and its plugins, and the allowlist names only
-    tools that exist; ``AgentFileError`` otherwise (before the run is recorded)."""
+    """Tool names are unique across the agent and its plugins (``AgentFileError`` otherwise,
+    before the run is recorded); an allowlisted name that no tool answers to is an
+    ``AllowlistWarning`` (a typo, or a plugin that is not installed: the agent still runs,
+    without that tool)."""
     probe = State(DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT)
     names = [t.spec.name for t in registry.view()]
     for t in chain.tools(probe):
@@ -426,9 +439,12 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
         names.append(t.spec.name)
     unknown = sorted(set(agent.tool_allowlist or ()) - set(names))
     if unknown:
-        raise AgentFileError(
-            f"agent {agent.name!r}: tool_allowlist names tools nothing provides: "
-            f"{', '.join(unknown)} (available: {', '.join(names) or 'none'})"
+        warnings.warn(
+            f"{agent.label}: tool_allowlist names tools nothing provides: "
+            f"{', '.join(unknown)} (available: {', '.join(names) or 'none'}); is the plugin "
+            "providing them installed?",
+            AllowlistWarning,
+            stacklevel=3,
         )
 
 
