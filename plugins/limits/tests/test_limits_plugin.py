@@ -137,7 +137,7 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         "on_limit": "error",
         "on_tool_limit": "end",
         "run": {"model_calls": 10, "output_tokens": 5000, "per_tool": {"search": 2}},
-        "session": {"tool_calls": 50, "input_tokens": 100_000},
+        "session": {"tool_calls": 50, "model_calls": 20},
     }
     check_options({"limits": table}, make_plugin_manager(env={}), source="agent 'a'")
     policy = LimitPolicy.from_options(table)
@@ -145,7 +145,7 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         ("run.model_calls", 10),
         ("run.output_tokens", 5000),
         ("run.per_tool.search", 2),
-        ("session.input_tokens", 100_000),
+        ("session.model_calls", 20),
         ("session.tool_calls", 50),
     ]
     assert (policy.on_limit, policy.on_tool_limit) == ("error", "end")
@@ -159,6 +159,7 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         ({"run": {"tool_calls": "5"}}, "[options.limits].run.tool_calls", "not of type"),
         ({"session": {"per_tool": {"q": -1}}}, "[options.limits].session.per_tool.q", "minimum"),
         ({"run": {"modelcalls": 3}}, "[options.limits].run", "modelcalls"),
+        ({"session": {"input_tokens": 9}}, "[options.limits].session", "input_tokens"),
         ({"on_limit": "continue"}, "[options.limits].on_limit", "'continue' is not one of"),
         ({"on_tool_limit": "stop"}, "[options.limits].on_tool_limit", "'stop' is not one of"),
     ],
