@@ -117,8 +117,10 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
         "repair_tool_calls",
         "todo",
         "repeat_call",
+        "limits",
         *listed,
         "memory",
+        "tool_retry",
         "tool_allowlist",
     ]
     assert {e["name"]: (e["distribution"], e["version"]) for e in stack}["audit_log"] == (
@@ -317,10 +319,11 @@ async def test_harness_middleware_objects_join_the_default_stack(
     record = await store.get_run(harness.tenant_id, finished.run_id)
     names = [(e["name"], e["distribution"]) for e in record.config["stack"]]
     # After the agent's own, still inside the agent slot: before memory and the allowlist.
-    assert names[-4:] == [
+    assert names[-5:] == [
         ("shout", "hango-shout"),
         ("recorder", "<in-process>"),
         ("memory", "hango-recall"),
+        ("tool_retry", "hango-retry"),
         ("tool_allowlist", "hango-allowlist"),
     ]
     # A harness without the object cannot continue such a run; one with it can.
