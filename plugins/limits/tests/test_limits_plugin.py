@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Span
@@ -32,6 +33,9 @@ from hango import (
     RunStatus,
     ScriptedModel,
     StackConfig,
+    ToolCallRequest,
+    ToolHandler,
+    ToolResult,
     telemetry,
     tool,
 )
@@ -455,6 +459,52 @@ async def test_a_call_cancelled_mid_run_is_counted_once_after_the_resume(tmp_pat
     assert executed == ["note a", "wait", "wait", "note b"]
     assert "limit of 3 tool calls per run" in messages[-2].tool_results[0].content
     assert counts["run"]["tool_calls"] == 3
+
+
+class CancelAt:
+    """Outside the limits (as the repeat detector is): cancels the run as the call named
+    ``name`` is about to go in."""
+
+    name = "cancel_at"
+
+    def __init__(self, tool_name: str, scope: anyio.CancelScope) -> None:
+        self.tool_name = tool_name
+        self.scope = scope
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        if req.call.name == self.tool_name and not self.scope.cancel_called:
+            self.scope.cancel()
+            await anyio.lowlevel.checkpoint()
+        return await next(req)
+
+
+@pytest.mark.anyio
+async def test_an_end_under_way_survives_a_cancel_and_a_resume(tmp_path: Path) -> None:
+    """Cancelled after the call that reached the limit was answered, before the rest of its
+    batch: the resumed run still answers the rest with errors and ends."""
+    executed.clear()
+    turns = [
+        calls(("search", {"q": "a"}), ("search", {"q": "b"}), ("note", {"text": "x"})),
+        {"text": "never: the run ended"},
+    ]
+    mw = limits(on_tool_limit="end", run={"per_tool": {"search": 1}})
+    scope = anyio.CancelScope()
+    stack = [CancelAt("note", scope), mw]
+    async with agent_harness(tmp_path, turns=turns, stack=stack, tools=[search, note]) as h:
+        run = await h.start(h.agent, "go")
+        with scope:
+            await h.execute(run.id)
+        assert scope.cancelled_caught
+        assert (await h.store.get_run(h.tenant_id, run.id)).status is RunStatus.CANCELLED
+        assert (await private(h, run.id))["ending"] == "1 call of tool 'search' per run"
+        finished = await h.execute(run.id)
+        messages = await history(h, run.id)
+    assert finished.status is RunStatus.COMPLETED
+    assert executed == ["search a"]
+    assert [r.is_error for r in messages[2].tool_results] == [False, True, True]
+    assert "the run is ending" in messages[2].tool_results[2].content
+    assert messages[-1].text.startswith("I stopped here")
+    assert_strict_history(messages)
 
 
 # -- a kill and a resume --------------------------------------------------------------------

@@ -6,6 +6,7 @@ events; a run killed mid-retry and resumed."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import signal
 import subprocess
@@ -148,8 +149,6 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         "retry_non_idempotent": True,
     }
     check_options({"tool_retry": table}, make_plugin_manager(env={}))
-    import json
-
     assert RetryPolicy.from_options(table) == RetryPolicy(
         (OSError, json.JSONDecodeError), 5, 12.5, 0.25, 4.0, 3.0, 0.0, frozenset({"fetch"}), True
     )
