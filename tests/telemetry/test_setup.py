@@ -301,7 +301,16 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
     assert printed("chat scripted:script.toml  CLIENT  ")
     assert printed("execute_tool search  INTERNAL  ")
     stack = ",".join(
-        ("repair_tool_calls", "todo", "repeat_call", "limits", "tool_retry", "tool_allowlist")
+        (
+            "repair_tool_calls",
+            "todo",
+            "repeat_call",
+            "limits",
+            "model_fallback",
+            "prompt_cache",
+            "tool_retry",
+            "tool_allowlist",
+        )
     )
     assert printed(f"    * agent.middleware_stack  hango.middleware.names={stack}")
     assert printed("    * middleware.repeat_call_blocked  hango.middleware.name=repeat_call")

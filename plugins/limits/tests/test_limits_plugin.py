@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from opentelemetry.trace import Span
 import hango_limits
 from hango import (
     STACK_ORDER,
+    AgentDefinition,
     ConfigError,
     Message,
     Request,
@@ -203,6 +205,22 @@ def test_environment_defaults_are_overridden_by_the_agent_file() -> None:
 def test_an_invalid_environment_default_names_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"^{name} must be"):
         hango_limits.hango_middleware(config=StackConfig(settings={name: value}))
+
+
+def test_the_readme_agent_file_sets_its_limits(tmp_path: Path) -> None:
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    blocks = re.findall(r"^```toml\n(.*?)^```", readme.read_text(encoding="utf-8"), re.S | re.M)
+    (text,) = [b for b in blocks if "[options.limits]" in b]
+    (tmp_path / "reviewer.toml").write_text(text, encoding="utf-8")
+    agent = AgentDefinition.from_file(tmp_path / "reviewer.toml")
+    check_options(agent.options, make_plugin_manager(env={}), source="README")
+    config = StackConfig(middleware_options=agent.options)
+    policy = hango_limits.hango_middleware(config=config).policy
+    assert [lim.describe() for lim in policy.limits] == [
+        "30 model calls per run",
+        "20 calls of tool 'search' per run",
+    ]
+    assert (policy.on_limit, policy.on_tool_limit) == ("end", "end")
 
 
 # -- continue ---------------------------------------------------------------------------------

@@ -149,9 +149,9 @@ async def run_loop(
             called = model
         elif called is not model:
             # A wrapper swapped the model for this call: the request and the chat span name
-            # the model actually called.
+            # the model actually called (its class when it has no name: never the run's).
             provider = telemetry.provider_name(called)
-            req = attrs.evolve(req, model=getattr(called, "name", req.model))
+            req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
         with telemetry.chat_span(req, provider) as chat:
             acc = Accumulator()
             async for event in called.stream(req):

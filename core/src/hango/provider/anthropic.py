@@ -9,7 +9,8 @@ Request mapping (https://platform.claude.com/docs/en/api/messages):
 - ``Request.system`` is sent as a list of text blocks, never a string, and each block's
   ``cache_control`` is sent on exactly that block, so a cache breakpoint lands on the index where
   a middleware put it (https://platform.claude.com/docs/en/build-with-claude/prompt-caching).
-  ``cache_control`` on a message text block is sent the same way.
+  ``cache_control`` on a message's text or ``tool_result`` block and on a ``ToolSpec`` is sent
+  the same way, on exactly that block or tool.
 - Blocks map one to one and in order: text, ``tool_use`` (id, name, input), ``tool_result``
   (tool_use_id, content, is_error), and ``thinking`` (with its signature) and
   ``redacted_thinking`` sent back verbatim, as a tool-use continuation must
@@ -172,10 +173,14 @@ class AnthropicModel:
                     yield event
 
 
+def _cache_control(marker: Mapping[str, str]) -> sdk.CacheControlEphemeralParam:
+    return cast(sdk.CacheControlEphemeralParam, dict(marker))
+
+
 def _text(block: TextBlock) -> sdk.TextBlockParam:
     param: sdk.TextBlockParam = {"type": "text", "text": block.text}
     if block.cache_control is not None:
-        param["cache_control"] = cast(sdk.CacheControlEphemeralParam, dict(block.cache_control))
+        param["cache_control"] = _cache_control(block.cache_control)
     return param
 
 
@@ -187,12 +192,15 @@ def _block(block: Block) -> sdk.ContentBlockParam:
             params = dict(arguments) if isinstance(arguments, Mapping) else {}
             return {"type": "tool_use", "id": id_, "name": name, "input": params}
         case ToolResultBlock(tool_use_id=tool_use_id, content=content, is_error=is_error):
-            return {
+            result: sdk.ToolResultBlockParam = {
                 "type": "tool_result",
                 "tool_use_id": tool_use_id,
                 "content": content,
                 "is_error": is_error,
             }
+            if block.cache_control is not None:
+                result["cache_control"] = _cache_control(block.cache_control)
+            return result
         case ThinkingBlock(thinking=thinking, signature=signature):
             return {"type": "thinking", "thinking": thinking, "signature": signature}
         case RedactedThinkingBlock(data=data):
@@ -207,11 +215,14 @@ def _message(message: Message) -> sdk.MessageParam:
 
 
 def _tool(spec: ToolSpec) -> sdk.ToolParam:
-    return {
+    param: sdk.ToolParam = {
         "name": spec.name,
         "description": spec.description,
         "input_schema": dict(spec.input_schema),
     }
+    if spec.cache_control is not None:
+        param["cache_control"] = _cache_control(spec.cache_control)
+    return param
 
 
 def _usage(usage: sdk.Usage | sdk.MessageDeltaUsage, base: Usage) -> Usage:

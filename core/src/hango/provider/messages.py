@@ -45,11 +45,13 @@ class ToolUseBlock:
 
 @frozen
 class ToolResultBlock:
-    """The result of the tool call whose id is ``tool_use_id``; sent in a user message."""
+    """The result of the tool call whose id is ``tool_use_id``; sent in a user message.
+    ``cache_control`` is a cache breakpoint on this block, like ``TextBlock``'s."""
 
     tool_use_id: str
     content: str
     is_error: bool = False
+    cache_control: Mapping[str, str] | None = None
     type: Literal["tool_result"] = field(default="tool_result", init=False)
 
 
@@ -134,11 +136,14 @@ class Usage:
 
 @frozen
 class ToolSpec:
-    """What the model is told about a tool: name, description and a JSON Schema object."""
+    """What the model is told about a tool: name, description and a JSON Schema object.
+    ``cache_control`` is a cache breakpoint after this tool's definition (Anthropic), e.g.
+    ``{"type": "ephemeral"}``; ``None`` means none."""
 
     name: str
     description: str
     input_schema: Mapping[str, JSON]
+    cache_control: Mapping[str, str] | None = None
 
 
 @frozen

@@ -105,8 +105,8 @@ async def stream_with_retries(
 
     ``explain`` turns an SDK exception into a ``Failure``; it returns ``None`` for anything else,
     which propagates unchanged (a bug should not be reported as a provider error). Raises
-    ``ModelError`` when the failure is not transient, when retries are used up, or when the
-    attempt had already yielded an item.
+    ``ModelError`` (with the failure's ``status`` and ``transient``) when the failure is not
+    transient, when retries are used up, or when the attempt had already yielded an item.
     """
     retries = 0
     while True:
@@ -124,7 +124,12 @@ async def stream_with_retries(
             if failure is None:
                 raise
             if yielded or not failure.transient or retries >= policy.max_retries:
-                raise ModelError(failure.message) from exc
+                # Transient only while nothing reached the caller: a fallback that repeated
+                # the call elsewhere would hand the accumulator a second answer.
+                transient = failure.transient and not yielded
+                raise ModelError(
+                    failure.message, status=failure.status, transient=transient
+                ) from exc
             retries += 1
             delay = policy.delay(retries, failure.retry_after)
             _record_retry(retries, delay, failure.status)

@@ -169,6 +169,7 @@ class Harness:
             agent_middleware=agent.middleware_names,
             middleware_options=agent.options,
             source=source,
+            base_dir=agent.base_dir,
         )
 
     def installed_middleware(self) -> frozenset[str]:
