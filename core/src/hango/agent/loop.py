@@ -38,6 +38,7 @@ from hango.provider.messages import (
     Request,
     StopReason,
     TextBlock,
+    ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -54,12 +55,17 @@ Checkpoint = Callable[[State], Awaitable[None]]
 @frozen
 class LoopSettings:
     """What the loop needs of an agent: the model name sent in requests, the agent's own
-    system blocks, the turn limit (model calls per run) and ``max_tokens`` per call."""
+    system blocks, the turn limit (model calls per run), ``max_tokens`` per call, and the
+    request's tool options (``Request.tool_choice``, ``parallel_tool_calls``, ``server_tools``),
+    which a middleware may still change per call."""
 
     model: str
     system: tuple[TextBlock, ...] = ()
     max_turns: int = 25
     max_tokens: int = 4096
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    server_tools: tuple[Mapping[str, Any], ...] = ()
 
 
 @frozen
@@ -237,6 +243,9 @@ async def run_loop(
             system=settings.system,
             tools=tuple(t.spec for t in tools.values()),
             max_tokens=settings.max_tokens,
+            tool_choice=settings.tool_choice,
+            parallel_tool_calls=settings.parallel_tool_calls,
+            server_tools=settings.server_tools,
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
             response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
