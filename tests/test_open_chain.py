@@ -122,6 +122,7 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
         "model_fallback",
         "prompt_cache",
         "memory",
+        "human_in_the_loop",
         "tool_retry",
         "tool_allowlist",
     ]
@@ -321,12 +322,13 @@ async def test_harness_middleware_objects_join_the_default_stack(
     record = await store.get_run(harness.tenant_id, finished.run_id)
     names = [(e["name"], e["distribution"]) for e in record.config["stack"]]
     # After the agent's own, still inside the agent slot: before memory and the allowlist.
-    assert names[-7:] == [
+    assert names[-8:] == [
         ("shout", "hango-shout"),
         ("recorder", "<in-process>"),
         ("model_fallback", "hango-fallback"),
         ("prompt_cache", "hango-prompt-cache"),
         ("memory", "hango-recall"),
+        ("human_in_the_loop", "hango-approval"),
         ("tool_retry", "hango-retry"),
         ("tool_allowlist", "hango-allowlist"),
     ]

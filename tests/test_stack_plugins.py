@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hango_allowlist
+import hango_approval
 import hango_fallback
 import hango_limits
 import hango_prompt_cache
@@ -58,6 +59,7 @@ STACK = [
     "limits",
     "model_fallback",
     "prompt_cache",
+    "human_in_the_loop",
     "tool_retry",
     "tool_allowlist",
 ]
@@ -70,6 +72,7 @@ PLUGINS: dict[str, ModuleType] = {
     "retry": hango_retry,
     "fallback": hango_fallback,
     "prompt_cache": hango_prompt_cache,
+    "approval": hango_approval,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -81,6 +84,7 @@ SLOTS = {
     "retry": "tool_retry",
     "fallback": "model_fallback",
     "prompt_cache": "prompt_cache",
+    "approval": "human_in_the_loop",
 }
 
 
@@ -134,6 +138,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("limits", "hango-limits", "limits"),
         ("model_fallback", "hango-fallback", "model_fallback"),
         ("prompt_cache", "hango-prompt-cache", "prompt_cache"),
+        ("human_in_the_loop", "hango-approval", "human_in_the_loop"),
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]

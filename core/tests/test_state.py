@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hango import State, StateError, Todo, dump_state, load_private, load_state, store_private
+from hango.agent.state import STATE_VERSION
 
 
 @attrs.define
@@ -50,7 +51,7 @@ def test_three_middlewares_round_trip_through_json_text() -> None:
     assert load_private(again, "repeat_call", Counts) == (Counts({"abc": 2}), True)
     assert load_private(again, "budget", Budget) == (Budget(1.5), True)
     assert load_private(again, "filesystem", Seen) == (Seen(["/a", "/b"], "/b"), True)
-    assert json.loads(text)["version"] == 1
+    assert json.loads(text)["version"] == STATE_VERSION
 
 
 def test_missing_key_gives_default_and_records_state_missing() -> None:

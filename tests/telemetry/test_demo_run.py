@@ -36,6 +36,7 @@ PHASE_STACK = (
     "limits",
     "model_fallback",
     "prompt_cache",
+    "human_in_the_loop",
     "tool_retry",
     "tool_allowlist",
 )

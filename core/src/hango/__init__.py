@@ -6,9 +6,11 @@ stores (``hango.run``, ``hango.store``).
 """
 
 from hango.agent.chain import Chain
+from hango.agent.decisions import DecisionRefused
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunFinished,
     RunStarted,
@@ -18,7 +20,14 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
-from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.interrupt import (
+    Decision,
+    Interrupt,
+    InterruptError,
+    PendingAction,
+    argument_digest,
+)
+from hango.agent.loop import LoopSettings, held_calls, run_loop
 from hango.agent.middleware import (
     Middleware,
     ModelHandler,
@@ -63,7 +72,7 @@ from hango.provider import (
     ToolUseBlock,
     Usage,
 )
-from hango.run import Harness, RunNotResumable
+from hango.run import Decided, Harness, RunNotResumable
 from hango.store import RunStore, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
@@ -76,8 +85,14 @@ __all__ = [
     "AgentFileError",
     "Chain",
     "ConfigError",
+    "Decided",
+    "Decision",
+    "DecisionRefused",
     "Event",
     "Harness",
+    "Interrupt",
+    "InterruptError",
+    "InterruptRaised",
     "LoopSettings",
     "Message",
     "MessageCompleted",
@@ -88,6 +103,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelWrapper",
+    "PendingAction",
     "PluginError",
     "PromptContributor",
     "ProviderRetry",
@@ -126,9 +142,11 @@ __all__ = [
     "ToolWrapper",
     "TurnFinished",
     "Usage",
+    "argument_digest",
     "default_stack",
     "dump_state",
     "error_result",
+    "held_calls",
     "hookimpl",
     "load_private",
     "load_state",

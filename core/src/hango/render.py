@@ -11,6 +11,7 @@ from rich.text import Text
 
 from hango.agent.events import (
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunFinished,
     RunStarted,
@@ -106,10 +107,18 @@ class Renderer:
                 style = "red" if result.is_error else "dim"
                 prefix = "  ✗ " if result.is_error else "  ← "
                 c.print(Text(prefix + _clip(result.content), style=style), **_ONE_LINE)
+            case InterruptRaised(action=action):
+                self._end_text()
+                line = f"  ⏸ waiting for a person: {action.reason} ({action.tool_call_id})"
+                c.print(Text(line, style="yellow"), **_ONE_LINE)
             case TodosUpdated(todos=todos):
                 c.print(checklist(todos))
-            case RunFinished(status=status, error=error, usage=usage):
+            case RunFinished(status=status, error=error, usage=usage, pending=pending):
                 self._end_text()
-                style = "green" if status is RunStatus.COMPLETED else "red"
+                style = {RunStatus.COMPLETED: "green", RunStatus.SUSPENDED: "yellow"}.get(
+                    status, "red"
+                )
                 tail = f": {error}" if error else ""
+                if pending:
+                    tail = f": waiting for a decision on {len(pending)} tool call(s)"
                 c.print(Text(f"{status.value}{tail} ({usage_text(usage)})", style=style))

@@ -83,9 +83,12 @@ def _guard_tool(base: ToolHandler) -> ToolHandler:
     """The innermost tool handler: an exception becomes an error result carrying it in
     ``ToolResult.exception``, so every wrapper sees a result (and a retry wrapper the cause).
     Cancellation passes through; ``SystemExit`` and ``KeyboardInterrupt`` raised by tool code
-    are a tool's failure too (a tool calling ``sys.exit`` must not end the process)."""
+    are a tool's failure too (a tool calling ``sys.exit`` must not end the process). So does an
+    ``Interrupt`` (a ``BaseException``, caught by nothing here): a pause is never a tool error.
+    Reaching it marks the call as run, after which it may not pause."""
 
     async def innermost(req: ToolCallRequest) -> ToolResult:
+        req.scope.executed = True
         try:
             return await base(req)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:

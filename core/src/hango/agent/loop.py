@@ -7,6 +7,11 @@ run stopped anywhere resumes from what was saved without re-running a call that 
 
 A run starts and resumes the same way: from its history. If the history ends with an assistant
 message whose calls lack results, that batch is finished first (only the missing calls run).
+
+A middleware may pause a call for a person's decision (``hango.agent.interrupt``). The call does
+not run and leaves no trace in the state; the batch's later calls do not run either, but are
+asked whether they would pause too; the loop then returns ``suspended`` with the questions in
+``state.interrupts``. Resumed with decisions, the batch goes on from the paused call.
 """
 
 from __future__ import annotations
@@ -24,12 +29,22 @@ from hango import telemetry
 from hango.agent.chain import Chain
 from hango.agent.events import (
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunStatus,
     TodosUpdated,
     ToolCallFinished,
     ToolCallStarted,
     TurnFinished,
+)
+from hango.agent.interrupt import (
+    CallScope,
+    Interrupt,
+    InterruptError,
+    PendingAction,
+    argument_digest,
+    outcome_unknown,
+    raised,
 )
 from hango.agent.middleware import ModelRequest, ToolCallRequest
 from hango.agent.state import State
@@ -95,6 +110,10 @@ class _Validators:
         return f"{best.json_path}: {best.message}"
 
 
+class _WouldRun(BaseException):
+    """Raised by the innermost handler of a probe: no middleware paused the call."""
+
+
 def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
     """Calls of the last assistant message that have no result yet: its batch is unfinished.
 
@@ -110,6 +129,17 @@ def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
             answered = {r.tool_use_id for m in later for r in m.tool_results}
             return tuple(u for u in uses if u.id not in answered)
     return ()
+
+
+def held_calls(state: State) -> frozenset[str]:
+    """Ids of the calls a resumed run finishes itself, which a history repair must leave
+    unanswered: the unfinished calls of a batch suspended for decisions, and every call that
+    started without a saved result (its outcome is unknown; only the loop may decide what
+    happens to it)."""
+    held = set(state.interrupts.started)
+    if state.interrupts.pending:
+        held.update(c.id for c in pending_calls(state.messages))
+    return frozenset(held)
 
 
 def turns_taken(messages: list[Message]) -> int:
@@ -168,7 +198,9 @@ async def run_loop(
             return response
 
     async def execute(treq: ToolCallRequest) -> ToolResult:
-        call, tool = treq.call, treq.tool
+        call, tool, scope = treq.call, treq.tool, treq.scope
+        if scope.probe:
+            raise _WouldRun
         if tool is None:
             return error_result("unknown tool %r", call.name)
         if not isinstance(call.input, dict):
@@ -178,34 +210,97 @@ async def run_loop(
         problem = validators.error(tool.spec, call.input)
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
+        book = state.interrupts
+        started = book.started.get(call.id)
+        if started is not None and not (scope.decided or scope.started):
+            # Started by a pass that stopped before saving its result: no one decided to
+            # run it again.
+            return outcome_unknown(call, started)
+        if scope.decided or not getattr(tool, "idempotent", True):
+            # Saved before it runs: a resumed run must know this call may have taken effect,
+            # and the decision it runs on is used up.
+            book.start(call.id, call.name, argument_digest(call.name, call.input))
+            scope.started = True
+            await checkpoint(state)
         # A copy: a tool that keeps or mutates its arguments must not change the history.
         return await tool.call(copy.deepcopy(call.input), ToolContext(treq.state, call))
 
-    async def run_batch(calls: tuple[ToolUseBlock, ...], tools: Mapping[str, Tool]) -> None:
-        for call in calls:
-            await emit(ToolCallStarted(call))
-            todos_before = state.todos
-            with telemetry.tracer.start_as_current_span(
-                f"execute_tool {call.name}",
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": call.name,
-                    "gen_ai.tool.call.id": call.id,
-                },
-            ) as span:
+    async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
+        scope = CallScope(tools)
+        undo = _Undo(state)
+        with telemetry.tracer.start_as_current_span(
+            f"execute_tool {call.name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+            },
+        ) as span:
+            try:
                 result = await chain.tool_call(
-                    ToolCallRequest(call, tools.get(call.name), state), execute
+                    ToolCallRequest(call, tools.get(call.name), state, scope=scope), execute
                 )
-                if result.is_error and span.is_recording():
-                    span.set_attribute("error.type", "tool_error")
-            _add_result(state.messages, ToolResultBlock(call.id, result.content, result.is_error))
-            await checkpoint(state)
-            await emit(ToolCallFinished(call, result))
-            if state.todos is not todos_before:
-                telemetry.record_todos(t.status for t in state.todos)
-                await emit(TodosUpdated(tuple(state.todos)))
+            except Interrupt as pause:
+                undo()
+                _check_pause(pause, scope)
+                raised(pause.action)
+                return pause
+            if result.is_error and span.is_recording():
+                span.set_attribute("error.type", "tool_error")
+        return result
+
+    async def would_pause(call: ToolUseBlock, tools: Mapping[str, Tool]) -> Interrupt | None:
+        # The chain runs as for the call itself, but its innermost handler stops before the
+        # tool; whatever the chain did to the state is undone.
+        undo = _Undo(state)
+        probe = ToolCallRequest(
+            call, tools.get(call.name), state, scope=CallScope(tools, probe=True)
+        )
+        try:
+            await chain.tool_call(probe, execute)
+        except Interrupt as pause:
+            raised(pause.action)
+            return pause
+        except _WouldRun:
+            pass
+        finally:
+            undo()
+        return None
+
+    async def run_batch(
+        calls: tuple[ToolUseBlock, ...], tools: Mapping[str, Tool]
+    ) -> list[PendingAction]:
+        """Run ``calls`` in order; returns the questions the batch paused on (none: done)."""
+        paused: list[PendingAction] = []
+        for call in calls:
+            if paused:
+                # A call before this one waits for a decision, so this one does not run yet;
+                # asking whether it would pause too puts every question of the batch in one
+                # round of decisions.
+                pause = await would_pause(call, tools)
+            else:
+                await emit(ToolCallStarted(call))
+                todos_before = state.todos
+                outcome = await run_call(call, tools)
+                if isinstance(outcome, ToolResult):
+                    result = outcome
+                    block = ToolResultBlock(call.id, result.content, result.is_error)
+                    _add_result(state.messages, block)
+                    state.interrupts.finish(call.id)
+                    await checkpoint(state)
+                    await emit(ToolCallFinished(call, result))
+                    if state.todos is not todos_before:
+                        telemetry.record_todos(t.status for t in state.todos)
+                        await emit(TodosUpdated(tuple(state.todos)))
+                    continue
+                pause = outcome
+            if pause is not None:
+                state.interrupts.ask(pause.action)
+                paused.append(pause.action)
+                await emit(InterruptRaised(pause.action))
         # Per-batch data must not leak into the next batch or a resumed run.
         state.scratch.clear()
+        return paused
 
     def tools_now() -> dict[str, Tool]:
         tools = {t.spec.name: t for t in view}
@@ -215,6 +310,10 @@ async def run_loop(
             tools[t.spec.name] = t
         return tools
 
+    def suspended() -> LoopOutcome:
+        # The runner saves the questions with the history and this status, in one save.
+        return LoopOutcome(RunStatus.SUSPENDED, stop_reason, None, usage, turns)
+
     def stopped() -> LoopOutcome | None:
         if stop is None or not stop.is_set():
             return None
@@ -223,7 +322,8 @@ async def run_loop(
     turns = turns_taken(state.messages)
     unfinished = pending_calls(state.messages)
     if unfinished:
-        await run_batch(unfinished, tools_now())
+        if await run_batch(unfinished, tools_now()):
+            return suspended()
         await emit(TurnFinished(turns))
         if outcome := stopped():
             return outcome
@@ -260,11 +360,38 @@ async def run_loop(
                 # The runner saves this message together with the final status, atomically.
                 return LoopOutcome(RunStatus.COMPLETED, stop_reason, None, usage, turns)
             await checkpoint(state)
-            if calls:
-                await run_batch(calls, tools)
+            if calls and await run_batch(calls, tools):
+                return suspended()
             await emit(TurnFinished(turns))
             if outcome := stopped():
                 return outcome
+
+
+class _Undo:
+    """Undoes what a paused call's chain did to the state (private values and the plan): a
+    paused call was not made, so a middleware that counted it must not have counted it."""
+
+    __slots__ = ("private", "state", "todos")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.private = dict(state.private)  # values are replaced by store_private, never mutated
+        self.todos = state.todos
+
+    def __call__(self) -> None:
+        self.state.private.clear()
+        self.state.private.update(self.private)
+        self.state.todos = self.todos
+
+
+def _check_pause(pause: Interrupt, scope: CallScope) -> None:
+    if scope.executed:
+        action = pause.action
+        raise InterruptError(
+            f"interrupt {action.name!r} of middleware {action.middleware!r} reached the loop "
+            f"after tool call {action.tool_call_id!r} ran; an interrupt must come before the "
+            "call runs"
+        ) from None
 
 
 def _add_result(messages: list[Message], result: ToolResultBlock) -> None:

@@ -305,7 +305,9 @@ def check_options(
         validator_cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
         error = jsonschema.exceptions.best_match(validator_cls(schema).iter_errors(table))
         if error is not None:
-            field_path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error.path)
+            # absolute_path: inside an anyOf, ``path`` is relative to the branch that failed.
+            where = error.absolute_path
+            field_path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in where)
             raise ConfigError(
                 f"{source}: [options.{name}]{field_path}: {error.message} (schema of {plugin})"
             )

@@ -18,13 +18,14 @@ import cattrs
 from attrs import define, field, frozen
 
 from hango import telemetry
+from hango.agent.interrupt import Interrupts
 from hango.convert import CONVERTER
 from hango.provider.messages import JSON, Message, Usage
 
 T = TypeVar("T")
 
-#: Version of the ``runs.state_json`` document written by ``dump_state``.
-STATE_VERSION = 1
+#: Version of the ``runs.state_json`` document written by ``dump_state`` (2: ``interrupts``).
+STATE_VERSION = 2
 
 TodoStatus = Literal["pending", "in_progress", "completed"]
 
@@ -45,8 +46,9 @@ class State:
     ``todos`` is the one typed cross-middleware field. ``private`` maps a middleware name to
     its JSON value. ``usage`` is the run's token usage so far: the loop adds each model call's
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
-    across resumes. ``scratch`` is per-batch working data: the loop clears it after every tool
-    batch and it is never persisted.
+    across resumes. ``interrupts`` holds the run's pending actions, decisions and started
+    calls (``hango.agent.interrupt``). ``scratch`` is per-batch working data: the loop clears it
+    after every tool batch and it is never persisted.
     """
 
     run_id: uuid.UUID
@@ -57,6 +59,7 @@ class State:
     todos: list[Todo] = field(factory=list)
     private: dict[str, JSON] = field(factory=dict)
     usage: Usage = field(factory=Usage)
+    interrupts: Interrupts = field(factory=Interrupts)
     scratch: dict[str, Any] = field(factory=dict)
 
 
@@ -124,7 +127,8 @@ def store_private(state: State, name: str, value: object) -> None:
 
 
 def dump_state(state: State) -> dict[str, JSON]:
-    """The ``runs.state_json`` document: version, ids, todos and private state.
+    """The ``runs.state_json`` document: version, ids, todos, private state, usage and
+    interrupts.
 
     Messages are stored in their own table and scratch is never persisted.
     """
@@ -137,11 +141,17 @@ def dump_state(state: State) -> dict[str, JSON]:
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
         "private": state.private,
         "usage": CONVERTER.unstructure(state.usage),
+        "interrupts": CONVERTER.unstructure(state.interrupts),
     }
 
 
+def _add_interrupts(doc: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 had no interrupts: nothing pending, started or decided.
+    return {**doc, "version": 2, "interrupts": {}}
+
+
 # version -> function upgrading a raw document of that version to the next one.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_interrupts}
 
 
 @frozen
@@ -153,6 +163,7 @@ class _Document:
     todos: list[Todo] = field(factory=list)
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
+    interrupts: Interrupts = field(factory=Interrupts)
 
 
 def load_state(doc: JSON) -> State:
@@ -187,4 +198,5 @@ def load_state(doc: JSON) -> State:
         todos=list(parsed.todos),
         private=dict(parsed.private),
         usage=parsed.usage,
+        interrupts=parsed.interrupts,
     )

@@ -24,6 +24,7 @@ from hango import telemetry
 from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
+from hango.agent.interrupt import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
 from hango.agent.stack import (
@@ -40,6 +41,7 @@ from hango.config import DEFAULT_TENANT, ConfigError, hango_settings
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.messages import Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
+from hango.run.decide import Decided, decide_run
 from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
 from hango.tool.registry import ToolRegistry
 
@@ -151,6 +153,8 @@ class Harness:
                 "stack": [p.record() for p in placements],
                 "model": self.model_spec or agent.model_spec,
                 "base_url": self.base_url or agent.base_url,
+                # Started for workers: a decision puts it back on the queue (hango resume).
+                "queued": status is RunStatus.QUEUED,
             },
         )
         if not agent.portable:
@@ -243,6 +247,44 @@ class Harness:
         run = await self.start(agent, message, session_id=session_id)
         return await self.execute(run.id, emit=emit)
 
+    async def decide(
+        self, run_id: uuid.UUID, decisions: Mapping[str, Decision], *, queue: bool = True
+    ) -> Decided:
+        """Record a person's ``decisions`` (tool call id -> ``Decision``) for the suspended run
+        ``run_id``, each bound to its pending action (run, call id, argument digest).
+
+        Once no pending action waits, the run is put back on the queue (``queue=True``: a
+        worker continues it) or left ``running`` for this process to ``execute``. Sending a
+        decision already recorded is a no-op. Raises ``NotFound``, ``StateError`` and
+        ``DecisionRefused`` (a call with no pending action, already decided otherwise, a
+        decision type not allowed, arguments that changed), writing nothing.
+        """
+        ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
+        return await decide_run(self.store, self.tenant_id, run_id, decisions, ready=ready)
+
+    async def resume(
+        self,
+        run_id: uuid.UUID,
+        decisions: Mapping[str, Decision] | None = None,
+        *,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        agent: AgentDefinition | None = None,
+    ) -> RunFinished:
+        """Record ``decisions`` (as ``decide``), then continue the run here (``execute``).
+
+        While a pending action still waits for a decision, returns the run as ``suspended``
+        with ``pending`` set, executing nothing; when every decision was already recorded and
+        the run has finished, returns how it finished. Raises as ``decide`` and ``execute``.
+        """
+        if decisions:
+            done = await self.decide(run_id, decisions, queue=False)
+            run = done.run
+            if done.waiting:
+                return _finished(run, RunStatus.SUSPENDED, done.waiting)
+            if not done.recorded and run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+                return _finished(run, run.status, ())
+        return await self.execute(run_id, emit=emit, agent=agent)
+
     @contextlib.asynccontextmanager
     async def stream(self, run_id: uuid.UUID) -> AsyncIterator[AsyncIterator[Event]]:
         """Execute ``run_id`` in a task; yields an async iterator of its events, ending after
@@ -278,6 +320,10 @@ class Harness:
         middleware error ends the run as failed (saved, with the error). Cancellation saves the
         run as cancelled, then propagates. Once ``stop`` is set, the run ends at the next turn
         boundary, saved as ``queued`` (``run_loop``), for a worker to continue.
+
+        A run that pauses for a decision ends ``suspended``: its pending actions are saved with
+        its history and listed in ``RunFinished.pending``. A suspended run some of whose
+        pending actions have no decision yet raises ``RunNotResumable``, writing nothing.
         """
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
@@ -310,6 +356,13 @@ class Harness:
             finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
             await emit(finished)
             return finished
+        waiting = state.interrupts.waiting()
+        if run.status is RunStatus.SUSPENDED and waiting:
+            raise RunNotResumable(
+                f"run {run_id} is suspended, waiting for a decision on tool call(s) "
+                f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
+                "CALL_ID, or Harness.decide)"
+            )
         state.messages = await self.store.load_messages(self.tenant_id, run.session_id)
         saver.saved = list(state.messages)
 
@@ -360,7 +413,9 @@ class Harness:
                 with anyio.CancelScope(shield=True):
                     await saver.save(state, RunStatus.CANCELLED, error="cancelled")
                 raise
-            except Exception as exc:
+            except (Exception, Interrupt) as exc:
+                if isinstance(exc, Interrupt):
+                    exc = misplaced(exc)
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
@@ -376,8 +431,14 @@ class Harness:
                 await saver.save(
                     state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
                 )
+            suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
-                run_id, outcome.status, outcome.stop_reason, outcome.error, state.usage
+                run_id,
+                outcome.status,
+                outcome.stop_reason,
+                outcome.error,
+                state.usage,
+                tuple(state.interrupts.waiting()) if suspended else (),
             )
             await emit(finished)
             return finished
@@ -464,6 +525,12 @@ def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
         f"{entry.get('version', '')}, which is not installed here; install it, or continue "
         "the run where it is"
     )
+
+
+def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
+    """How a run stands, from its record (for a resume that executed nothing)."""
+    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
+    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
 
 
 def _initial_state(run: RunRecord) -> State:

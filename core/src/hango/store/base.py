@@ -37,7 +37,8 @@ class StaleVersion(StoreError):
 
 
 class SessionBusy(StoreError):
-    """A session already has a queued or running run."""
+    """A session already has a queued, running or suspended run (a suspended run's history
+    ends with calls that wait for a decision)."""
 
 
 class SchemaError(StoreError):
@@ -67,7 +68,8 @@ class RunRecord:
     ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode);
     ``version`` increments on every save. ``config`` is what the run was started with
     (``runs.config_json``): ``{"stack": [{"name", "distribution", "version"}, ...], "model":
-    SPEC, "base_url": URL | None}``, ``{}`` for a run recorded before migration 0004."""
+    SPEC, "base_url": URL | None, "queued": bool}`` (``queued``: started for workers), ``{}`` for
+    a run recorded before migration 0004."""
 
     id: uuid.UUID
     tenant_id: uuid.UUID
@@ -148,7 +150,7 @@ class RunStore(Protocol):
         ``config`` (what it is started with, see ``RunRecord``) is stored as config_json.
 
         Raises ``NotFound`` for an unknown session and ``SessionBusy`` when the session has a
-        queued or running run.
+        queued, running or suspended run.
         """
         ...
 
@@ -224,9 +226,10 @@ class RunStore(Protocol):
     async def release_run(self, lease: Lease) -> bool:
         """Give up the lease: clear it, and put a run that did not finish (``running`` or
         ``cancelled``) back to ``queued`` with ``attempts`` reset to 0 and no error (handing a
-        run back is not a failure); a finished run keeps its status, count and error.
-        Increments the version. Returns ``False``, writing nothing, when the lease was no
-        longer held."""
+        run back is not a failure); a finished run keeps its status, count and error, and a
+        suspended run its status with ``attempts`` reset to 0 (waiting for a person is not a
+        failure either). Increments the version. Returns ``False``, writing nothing, when the
+        lease was no longer held."""
         ...
 
     def watch_queue(

@@ -236,7 +236,7 @@ class PostgresRunStore:
                     raise NotFound(f"session {session_id} not found")
                 cur = await conn.execute(
                     "SELECT id FROM runs WHERE tenant_id = %s AND session_id = %s "
-                    "AND status IN ('queued', 'running') LIMIT 1",
+                    "AND status IN ('queued', 'running', 'suspended') LIMIT 1",
                     (tenant_id, session_id),
                 )
                 busy = await cur.fetchone()
@@ -417,8 +417,9 @@ class PostgresRunStore:
             "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
             "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
             "ELSE status END, "
-            # A clean hand-back is no failure: only claims since the last one count.
-            "attempts = CASE WHEN status IN ('running', 'cancelled') THEN 0 "
+            # A clean hand-back is no failure, nor is a suspension (the run waits for a
+            # person): only claims since the last one count.
+            "attempts = CASE WHEN status IN ('running', 'cancelled', 'suspended') THEN 0 "
             "ELSE attempts END, "
             "error = CASE WHEN status IN ('running', 'cancelled') THEN NULL ELSE error END, "
             "version = version + 1, updated_at = now() "

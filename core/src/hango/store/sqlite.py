@@ -215,7 +215,7 @@ class SqliteRunStore:
                     raise NotFound(f"session {session_id} not found")
                 busy = conn.execute(
                     "SELECT id FROM runs WHERE tenant_id = ? AND session_id = ? "
-                    "AND status IN ('queued', 'running')",
+                    "AND status IN ('queued', 'running', 'suspended')",
                     (tenant, str(session_id)),
                 ).fetchone()
                 if busy is not None:
@@ -443,8 +443,9 @@ class SqliteRunStore:
                 "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
                 "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
                 "ELSE status END, "
-                # A clean hand-back is no failure: only claims since the last one count.
-                "attempts = CASE WHEN status IN ('running', 'cancelled') THEN 0 "
+                # A clean hand-back is no failure, nor is a suspension (the run waits for a
+                # person): only claims since the last one count.
+                "attempts = CASE WHEN status IN ('running', 'cancelled', 'suspended') THEN 0 "
                 "ELSE attempts END, "
                 "error = CASE WHEN status IN ('running', 'cancelled') THEN NULL ELSE error END, "
                 "version = version + 1, updated_at = ? "

@@ -6,12 +6,14 @@ of the assistant message right before it. A crash, a cancel or an edited history
 that. ``repair_history`` restores it with the least change: each call without a result gets a
 synthetic error result, each result without its call (or answering a call a second time) is
 dropped. A result counts only in the user message right after its call: a result further on
-is an orphan there, and its call is answered as interrupted.
+is an orphan there, and its call is answered as interrupted. Calls the run finishes itself
+(``hold``: a batch suspended for a decision, a call whose outcome is unknown) are left
+unanswered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Final
 
 from attrs import frozen
@@ -36,7 +38,7 @@ class Repair:
 
 
 def _answer(
-    calls: tuple[ToolUseBlock, ...], reply: Message | None
+    calls: tuple[ToolUseBlock, ...], reply: Message | None, hold: Set[str] = frozenset()
 ) -> tuple[list[Message], int, int]:
     """The user message(s) that answer ``calls``, made from ``reply`` (the message after the
     assistant message, if it is a user message): ``(messages, added, dropped)``.
@@ -56,7 +58,11 @@ def _answer(
         kept.append(block)
     dropped = len(content) - len(kept)
     answered = len(calls) - len(unanswered)
-    missing = tuple(ToolResultBlock(c.id, INTERRUPTED, True) for c in calls if c.id in unanswered)
+    missing = tuple(
+        ToolResultBlock(c.id, INTERRUPTED, True)
+        for c in calls
+        if c.id in unanswered and c.id not in hold
+    )
     body = reply if not dropped else (Message("user", tuple(kept)) if kept else None)
     out: list[Message] = []
     if missing and answered:
@@ -69,11 +75,11 @@ def _answer(
     return out, len(missing), dropped
 
 
-def repair_history(messages: Sequence[Message]) -> Repair | None:
+def repair_history(messages: Sequence[Message], hold: Set[str] = frozenset()) -> Repair | None:
     """The repaired history, or None when ``messages`` needs no repair.
 
     Idempotent: a repaired history needs no repair. A user message left empty by dropping
-    orphan results is removed.
+    orphan results is removed. Calls whose id is in ``hold`` are never answered.
     """
     out: list[Message] = []
     added = dropped = 0
@@ -86,7 +92,7 @@ def repair_history(messages: Sequence[Message]) -> Repair | None:
             reply = messages[i] if i < len(messages) and messages[i].role == "user" else None
             if reply is not None:
                 i += 1
-            answer, a, d = _answer(message.tool_uses, reply)
+            answer, a, d = _answer(message.tool_uses, reply, hold)
         else:
             # A user message that follows a user message (or opens the history) answers no call.
             answer, a, d = _answer((), message)

@@ -6,6 +6,10 @@ answered with a synthetic error result saying the run was interrupted, and every
 call is missing is dropped (``hango_repair.history``). The model then sees a valid history and
 decides itself whether to call again; an interrupted call is never re-run behind its back.
 
+Calls the resumed run finishes itself are left alone (``hango.held_calls``): the unfinished
+batch of a run suspended for a decision (it goes on with the decisions) and a call recorded as
+started without a result (the loop answers that its outcome is unknown, or asks again).
+
 A clean history is left exactly as it is (the same list and message objects), so nothing is
 rewritten; a repaired one is saved by the runner's checkpoint right after ``before_run``, which
 writes only the messages that changed.
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hango import State, telemetry
+from hango import State, held_calls, telemetry
 from hango_repair.history import repair_history
 
 #: Span event recorded when a history was repaired, with the two counts below.
@@ -30,7 +34,7 @@ class RepairToolCallsMiddleware:
     name = "repair_tool_calls"
 
     async def before_run(self, state: State) -> None:
-        repair = repair_history(state.messages)
+        repair = repair_history(state.messages, held_calls(state))
         if repair is None:
             return
         state.messages[:] = repair.messages
