@@ -30,6 +30,7 @@ from hango import (
     STACK_ORDER,
     AgentDefinition,
     ConfigError,
+    Decision,
     Message,
     Request,
     RunStatus,
@@ -167,6 +168,7 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         ({"run": {"modelcalls": 3}}, "[options.limits].run", "modelcalls"),
         ({"session": {"input_tokens": 9}}, "[options.limits].session", "input_tokens"),
         ({"on_limit": "continue"}, "[options.limits].on_limit", "'continue' is not one of"),
+        ({"on_limit": "suspend"}, "[options.limits].on_limit", "'suspend' is not one of"),
         ({"on_tool_limit": "stop"}, "[options.limits].on_tool_limit", "'stop' is not one of"),
     ],
 )
@@ -376,6 +378,61 @@ async def test_error_on_a_tool_limit_fails_before_the_call_runs(tmp_path: Path) 
     assert finished.error is not None and "1 call of tool 'search' per session" in finished.error
     assert "session.per_tool.search" in finished.error
     assert executed == ["search a"]
+
+
+# -- suspend ----------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_suspend_waits_for_a_person_to_raise_the_limit(tmp_path: Path) -> None:
+    executed.clear()
+    turns = [
+        calls(("search", {"q": "a"})),
+        calls(("search", {"q": "b"}), ("search", {"q": "c"})),
+        calls(("search", {"q": "d"})),
+        {"text": "Done."},
+    ]
+    mw = limits(on_tool_limit="suspend", run={"per_tool": {"search": 1}})
+    async with agent_harness(tmp_path, turns=turns, stack=[mw], tools=[search]) as h:
+        first = await h.run(h.agent, "go")
+        assert first.status is RunStatus.SUSPENDED and executed == ["search a"]
+        # Both calls of the batch are asked about in one round.
+        b, c = first.pending
+        assert (b.tool_call_id, c.tool_call_id) == ("toolu_scripted_1_0", "toolu_scripted_1_1")
+        assert (b.middleware, b.name, b.decisions) == (
+            "limits",
+            "raise run.per_tool.search",
+            ("approve", "reject"),
+        )
+        assert b.reason == (
+            "the limit of 1 call of tool 'search' per run was reached; approve to raise it to "
+            "2 and run this call, reject to refuse the call"
+        )
+        assert b.request == {"limit": "run.per_tool.search", "maximum": 1, "raise_to": 2}
+        second = await h.resume(
+            first.run_id, {b.tool_call_id: Decision.approve(), c.tool_call_id: Decision.reject()}
+        )
+        # The raised limit (2) holds for the rest of the run: search d asks again.
+        assert second.status is RunStatus.SUSPENDED and executed == ["search a", "search b"]
+        (d,) = second.pending
+        assert d.reason.startswith("the limit of 2 calls of tool 'search' per run was reached")
+        third = await h.resume(first.run_id, {d.tool_call_id: Decision.reject("Enough.")})
+        messages = await history(h, first.run_id)
+        counts = await private(h, first.run_id)
+    assert third.status is RunStatus.COMPLETED and executed == ["search a", "search b"]
+    assert [(r.content, r.is_error) for r in messages[4].tool_results] == [
+        ("found b", False),
+        (
+            "Not executed: the limit of 2 calls of tool 'search' per run was reached and a "
+            "person declined to raise it. Do not call 'search' again; answer with what you "
+            "have.",
+            True,
+        ),
+    ]
+    assert "declined to raise it (Enough.)" in messages[6].tool_results[0].content
+    assert counts["raised"] == {"run.per_tool.search": 1}
+    assert counts["run"]["per_tool"] == {"search": 2}
+    assert_strict_history(messages)
 
 
 # -- tokens and sessions ------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from hango import (
     STACK_ORDER,
     Chain,
     ConfigError,
+    Decision,
     RunStatus,
     StackConfig,
     State,
@@ -47,6 +48,8 @@ from hango.agent.stack import check_options, discover
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import agent_harness
+from hango_approval import HumanInTheLoopMiddleware
+from hango_limits import LimitPolicy, LimitsMiddleware
 from hango_retry import RetryPolicy, ToolRetryMiddleware
 
 
@@ -417,6 +420,55 @@ async def test_a_cancel_during_the_backoff_wait_ends_the_call() -> None:
             await waiting.wait()
             scope.cancel()
     assert scope.cancelled_caught and flaky.attempts == 1
+
+
+# -- in the pinned stack, with approval and limits -------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_approved_call_retried_asks_once_and_counts_once(tmp_path: Path) -> None:
+    """limits (outside), approval, retry (inside approval), as STACK_ORDER places them: the
+    retried attempt runs on the one approval, and the budget counts one call."""
+    attempts: list[str] = []
+
+    @tool(idempotent=False)
+    def charge(amount: int) -> str:
+        """Charge a card; the network drops the first attempt."""
+        attempts.append(f"charge {amount}")
+        if len(attempts) == 1:
+            raise ConnectionResetError("connection reset")
+        return f"charged {amount}"
+
+    clock = Clock()
+    stack = [
+        LimitsMiddleware(LimitPolicy.from_options({"run": {"per_tool": {"charge": 1}}})),
+        HumanInTheLoopMiddleware({"charge": True}),
+        ToolRetryMiddleware(
+            policy(retry_non_idempotent=True, jitter=0), sleep=clock.sleep, clock=clock
+        ),
+    ]
+    assert [m.name for m in stack] == sorted((m.name for m in stack), key=STACK_ORDER.index)
+    charge_twice = {"tool_calls": [{"name": "charge", "input": {"amount": n}} for n in (5, 6)]}
+    async with agent_harness(
+        tmp_path, turns=[charge_twice, {"text": "done"}], stack=stack, tools=[charge]
+    ) as h:
+        first = await h.run(h.agent, "go")
+        assert first.status is RunStatus.SUSPENDED
+        asked = {a.tool_call_id: a for a in first.pending}
+        assert len(asked) == 2 and attempts == []
+        done = await h.resume(first.run_id, {call_id: Decision.approve() for call_id in asked})
+        record = await h.store.get_run(h.tenant_id, first.run_id)
+        messages = await h.store.load_messages(h.tenant_id, record.session_id)
+    assert done.status is RunStatus.COMPLETED
+    # The non-idempotent charge was retried in the same pass (allowed by the policy), on its
+    # one approval; the second charge met the budget, which counts the retried one once.
+    assert attempts == ["charge 5", "charge 5"] and clock.sleeps == [0.5]
+    results = [(r.content, r.is_error) for r in messages[2].tool_results]
+    assert results[0] == ("charged 5", False)
+    assert results[1][1] and "limit of 1 call of tool 'charge' per run" in results[1][0]
+    decided = record.state["interrupts"]["decided"]
+    assert sorted(d["tool_call_id"] for d in decided) == sorted(asked)
+    assert record.state["private"]["limits"]["run"]["per_tool"] == {"charge": 1}
 
 
 # -- a kill and a resume --------------------------------------------------------------------

@@ -14,6 +14,10 @@ Reaching a limit (the counter is already at its maximum when a call would start)
   the model, by a final assistant message naming the limit, so the run ends completed with a
   history the next message of the session can build on (the langchain#34159 bug).
 - ``error``: ``LimitReached`` is raised; the run fails with the limit named.
+- ``suspend`` (tool limits): the run is suspended (``req.interrupt``) for a person to decide:
+  ``approve`` raises the limit by its configured size and the call runs, ``reject`` refuses
+  the call as ``continue`` does. Model-call and token limits cannot suspend: a run pauses only
+  before a tool call.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import attrs
 from attrs import define, field
 
 from hango import (
+    Decision,
     Message,
     ModelHandler,
     ModelRequest,
@@ -80,13 +85,15 @@ class Counts:
 
 @define
 class LimitsState:
-    """The private state: the counters of this run and of its session (earlier runs included),
-    and ``ending``, the limit an ``end`` is under way for (set when a tool call reached it,
-    cleared by the final message), so a run resumed in between still ends."""
+    """The private state: the counters of this run and of its session (earlier runs included);
+    ``ending``, the limit an ``end`` is under way for (set when a tool call reached it,
+    cleared by the final message), so a run resumed in between still ends; ``raised``, what a
+    person added to a limit (by key) when a ``suspend`` was approved."""
 
     run: Counts = field(factory=Counts)
     session: Counts = field(factory=Counts)
     ending: str | None = None
+    raised: dict[str, int] = field(factory=dict)
 
     def scope(self, limit: Limit) -> Counts:
         return self.run if limit.scope == "run" else self.session
@@ -194,20 +201,33 @@ class LimitsMiddleware:
             return error_result(
                 "Not executed: the limit of %s was reached; the run is ending.", counts.ending
             )
-        reached = _first_reached(
-            (lim for lim in self._tool_limits if lim.tool in (None, name)), counts
-        )
-        if reached is not None:
-            return self._tool_limit(req, reached, counts)
+        limits = [lim for lim in self._tool_limits if lim.tool in (None, name)]
+        while (reached := _first_reached(limits, counts)) is not None:
+            refused = self._tool_limit(req, reached, counts)
+            if refused is not None:
+                return refused
         result = await next(req)
         counts.run.add_tool_call(name)
         counts.session.add_tool_call(name)
         store_private(req.state, self.name, counts)
         return result
 
-    def _tool_limit(self, req: ToolCallRequest, limit: Limit, counts: LimitsState) -> ToolResult:
-        _record(limit, tool=req.call.name)
+    def _tool_limit(
+        self, req: ToolCallRequest, limit: Limit, counts: LimitsState
+    ) -> ToolResult | None:
+        """The refusal of a call that reached ``limit``, or None when a person raised it."""
         behaviour: OnLimit = self.policy.on_tool_limit
+        declined = ""
+        if behaviour == "suspend":
+            decision = self._ask(req, limit, counts)
+            if decision.type == "approve":
+                base = self.policy.maximum(limit.key)
+                counts.raised[limit.key] = counts.raised.get(limit.key, 0) + base
+                store_private(req.state, self.name, counts)
+                return None
+            why = (decision.message or "").strip()
+            declined = " and a person declined to raise it" + (f" ({why})" if why else "")
+        _record(limit, tool=req.call.name)
         if behaviour == "error":
             raise LimitReached(limit)
         if behaviour == "end":
@@ -222,16 +242,35 @@ class LimitsMiddleware:
             else "Do not call any more tools"
         )
         return error_result(
-            "Not executed: the limit of %s was reached. %s; answer with what you have.",
+            "Not executed: the limit of %s was reached%s. %s; answer with what you have.",
             limit.describe(),
+            declined,
             advice,
+        )
+
+    def _ask(self, req: ToolCallRequest, limit: Limit, counts: LimitsState) -> Decision:
+        """A person's decision on raising ``limit`` for this call; the first time, the run is
+        suspended (``Interrupt`` propagates)."""
+        raise_to = limit.maximum + self.policy.maximum(limit.key)
+        return req.interrupt(
+            self.name,
+            f"raise {limit.key}",
+            reason=(
+                f"the limit of {limit.describe()} was reached; approve to raise it to "
+                f"{raise_to} and run this call, reject to refuse the call"
+            ),
+            decisions=("approve", "reject"),
+            request={"limit": limit.key, "maximum": limit.maximum, "raise_to": raise_to},
         )
 
 
 def _first_reached(limits: Iterable[Limit], counts: LimitsState) -> Limit | None:
+    """The first of ``limits`` whose counter is at its maximum (as raised by a person, when
+    one was), with that maximum."""
     for lim in limits:
-        if counts.scope(lim).used(lim) >= lim.maximum:
-            return lim
+        maximum = lim.maximum + counts.raised.get(lim.key, 0)
+        if counts.scope(lim).used(lim) >= maximum:
+            return lim if maximum == lim.maximum else attrs.evolve(lim, maximum=maximum)
     return None
 
 

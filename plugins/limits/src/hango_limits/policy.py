@@ -20,8 +20,9 @@ Scope = Literal["run", "session"]
 #: ``continue``: the blocked tool call gets an error result the model reads, the run goes on.
 #: ``end``: every call left in the batch gets an error result and the run ends, completed, with
 #: a final assistant message saying which limit was reached. ``error``: the run fails, naming
-#: the limit.
-OnLimit = Literal["continue", "end", "error"]
+#: the limit. ``suspend``: the run waits for a person to raise the limit (tool limits only: a run
+#: pauses before a tool call, never before a model call).
+OnLimit = Literal["continue", "end", "error", "suspend"]
 
 SCOPES: Final[tuple[Scope, ...]] = ("run", "session")
 #: The counters a limit can cap, besides ``per_tool``; model calls and tokens first.
@@ -34,7 +35,7 @@ SCOPE_COUNTERS: Final[dict[Scope, tuple[str, ...]]] = {
     "session": ("model_calls", "tool_calls"),
 }
 ON_LIMIT: Final[tuple[OnLimit, ...]] = ("end", "error")
-ON_TOOL_LIMIT: Final[tuple[OnLimit, ...]] = ("continue", "end", "error")
+ON_TOOL_LIMIT: Final[tuple[OnLimit, ...]] = ("continue", "end", "error", "suspend")
 DEFAULT_ON_LIMIT: Final[OnLimit] = "end"
 DEFAULT_ON_TOOL_LIMIT: Final[OnLimit] = "continue"
 
@@ -151,6 +152,10 @@ class LimitPolicy:
             options.get("on_tool_limit")
             or _behaviour(settings, ON_TOOL_LIMIT_VARIABLE, ON_TOOL_LIMIT, DEFAULT_ON_TOOL_LIMIT),
         )
+
+    def maximum(self, key: str) -> int:
+        """The configured maximum of the limit set at ``key`` (``run.tool_calls``)."""
+        return next(lim.maximum for lim in self.limits if lim.key == key)
 
 
 def _behaviour(

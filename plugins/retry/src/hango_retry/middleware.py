@@ -67,7 +67,7 @@ class ToolRetryMiddleware:
             return False
         if self.policy.tools is not None and req.call.name not in self.policy.tools:
             return False
-        # Until every Tool carries the attribute, a tool that does not declare it is idempotent.
+        # ``idempotent`` is optional on a Tool: absent means idempotent.
         return self.policy.retry_non_idempotent or getattr(req.tool, "idempotent", True)
 
     def _retryable(self, result: ToolResult) -> bool:
