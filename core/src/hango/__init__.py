@@ -5,10 +5,11 @@ middleware contract and chain (``hango.agent``), plugins (``hango.hookspecs``), 
 stores (``hango.run``, ``hango.store``).
 """
 
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError
 from hango.agent.decisions import DecisionRefused
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
     InterruptRaised,
     MessageCompleted,
@@ -83,6 +84,7 @@ __all__ = [
     "STACK_ORDER",
     "AgentDefinition",
     "AgentFileError",
+    "AttemptDiscarded",
     "Chain",
     "ConfigError",
     "Decided",
@@ -97,6 +99,7 @@ __all__ = [
     "Message",
     "MessageCompleted",
     "Middleware",
+    "MiddlewareError",
     "Model",
     "ModelError",
     "ModelHandler",

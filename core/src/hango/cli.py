@@ -49,8 +49,9 @@ from hango.store.base import RunRecord
 
 T = TypeVar("T")
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# emoji=False: rich would print a tool path "x:smile:y" or a model's ":b:" as emoji.
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 #: Exceptions that are the user's to fix: shown as one line, never a traceback.
 USER_ERRORS = (

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
     InterruptRaised,
     MessageCompleted,
@@ -90,6 +91,11 @@ class Renderer:
             case TextDelta(text=text):
                 c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
                 self._in_text = True
+            case AttemptDiscarded():
+                # A terminal cannot take back what it printed: say it does not count.
+                if self._in_text:
+                    self._end_text()
+                    c.print(Text("(discarded: the model call was tried again)", style="dim"))
             case ProviderRetry():
                 self._end_text()
                 c.print(Text(retry_line(event), style="dim"), **_ONE_LINE)

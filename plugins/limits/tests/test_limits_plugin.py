@@ -33,6 +33,7 @@ from hango import (
     Decision,
     Message,
     Request,
+    RunFinished,
     RunStatus,
     ScriptedModel,
     StackConfig,
@@ -81,6 +82,11 @@ class Recording:
 
 def limits(**options: Any) -> LimitsMiddleware:
     return LimitsMiddleware(LimitPolicy.from_options(options))
+
+
+def only(finished: RunFinished) -> str:
+    (action,) = finished.pending
+    return action.tool_call_id
 
 
 def calls(*specs: tuple[str, dict[str, Any]]) -> dict[str, Any]:
@@ -144,7 +150,7 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         "on_limit": "error",
         "on_tool_limit": "end",
         "run": {"model_calls": 10, "output_tokens": 5000, "per_tool": {"search": 2}},
-        "session": {"tool_calls": 50, "model_calls": 20},
+        "session": {"tool_calls": 50, "model_calls": 20, "input_tokens": 100_000},
     }
     check_options({"limits": table}, make_plugin_manager(env={}), source="agent 'a'")
     policy = LimitPolicy.from_options(table)
@@ -153,6 +159,7 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         ("run.output_tokens", 5000),
         ("run.per_tool.search", 2),
         ("session.model_calls", 20),
+        ("session.input_tokens", 100_000),
         ("session.tool_calls", 50),
     ]
     assert (policy.on_limit, policy.on_tool_limit) == ("error", "end")
@@ -166,7 +173,6 @@ def test_a_valid_table_is_accepted_and_read() -> None:
         ({"run": {"tool_calls": "5"}}, "[options.limits].run.tool_calls", "not of type"),
         ({"session": {"per_tool": {"q": -1}}}, "[options.limits].session.per_tool.q", "minimum"),
         ({"run": {"modelcalls": 3}}, "[options.limits].run", "modelcalls"),
-        ({"session": {"input_tokens": 9}}, "[options.limits].session", "input_tokens"),
         ({"on_limit": "continue"}, "[options.limits].on_limit", "'continue' is not one of"),
         ({"on_limit": "suspend"}, "[options.limits].on_limit", "'suspend' is not one of"),
         ({"on_tool_limit": "stop"}, "[options.limits].on_tool_limit", "'stop' is not one of"),
@@ -362,7 +368,8 @@ async def test_error_fails_the_run_naming_the_limit(tmp_path: Path) -> None:
         record = await h.store.get_run(h.tenant_id, finished.run_id)
     assert finished.status is RunStatus.FAILED and record.status is RunStatus.FAILED
     assert finished.error == (
-        "LimitReached: limit reached: 3 model calls per run ([options.limits] run.model_calls)"
+        "middleware 'limits' raised LimitReached in wrap_model_call: limit reached: "
+        "3 model calls per run ([options.limits] run.model_calls)"
     )
     assert len(model.requests) == 3
 
@@ -408,7 +415,9 @@ async def test_suspend_waits_for_a_person_to_raise_the_limit(tmp_path: Path) -> 
             "the limit of 1 call of tool 'search' per run was reached; approve to raise it to "
             "2 and run this call, reject to refuse the call"
         )
-        assert b.request == {"limit": "run.per_tool.search", "maximum": 1, "raise_to": 2}
+        assert b.request == {
+            "limits": [{"limit": "run.per_tool.search", "maximum": 1, "raise_to": 2}]
+        }
         second = await h.resume(
             first.run_id, {b.tool_call_id: Decision.approve(), c.tool_call_id: Decision.reject()}
         )
@@ -479,6 +488,89 @@ async def test_a_session_limit_counts_the_earlier_runs_of_the_session(tmp_path: 
     assert len(model.requests) == 3 and executed == ["note 1", "note 2"]
     assert messages[-1].text.endswith("the limit of 3 model calls per session was reached.")
     assert counts["run"]["model_calls"] == 1 and counts["session"]["model_calls"] == 3
+
+
+@pytest.mark.anyio
+async def test_a_session_begun_without_limits_counts_its_history(tmp_path: Path) -> None:
+    """The earlier runs left no counters (the plugin was not in their stack): the session's
+    counts start from the model and tool calls in its history."""
+    executed.clear()
+    turns = [
+        calls(("note", {"text": "1"})),
+        {"text": "First answer."},
+        calls(("note", {"text": "2"})),
+        {"text": "never"},
+    ]
+    async with agent_harness(tmp_path, turns=turns, tools=[note]) as h:
+        first = await h.run(h.agent, "one")
+        session_id = (await h.store.get_run(h.tenant_id, first.run_id)).session_id
+    mw = limits(session={"model_calls": 3, "tool_calls": 2})
+    async with agent_harness(tmp_path, turns=turns, stack=[mw], tools=[note]) as h:
+        second = await h.run(h.agent, "two", session_id=session_id)
+        messages = await history(h, second.run_id)
+        counts = await private(h, second.run_id)
+    assert second.status is RunStatus.COMPLETED and executed == ["note 1", "note 2"]
+    assert messages[-1].text.endswith("the limit of 3 model calls per session was reached.")
+    assert counts["session"] == {
+        "model_calls": 3,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "tool_calls": 2,
+        "per_tool": {"note": 2},
+    }
+
+
+@pytest.mark.anyio
+async def test_session_tokens_and_raises_carry_to_the_sessions_next_run(tmp_path: Path) -> None:
+    """The counters are session-scoped private state: the next run of the session starts from
+    the session's tokens and the raise a person gave a session limit, while its run counters
+    and the raise of a run limit start afresh."""
+    executed.clear()
+    turns = [
+        {**calls(("search", {"q": "a"})), "usage": {"output_tokens": 30}},
+        {**calls(("search", {"q": "b"})), "usage": {"output_tokens": 30}},
+        {"text": "First answer.", "usage": {"output_tokens": 30}},
+        {**calls(("search", {"q": "c"})), "usage": {"output_tokens": 5}},
+        {"text": "Second answer.", "usage": {"output_tokens": 5}},
+    ]
+    model = Recording(turns)
+    mw = limits(
+        on_tool_limit="suspend",
+        session={"output_tokens": 100, "per_tool": {"search": 1}},
+        run={"per_tool": {"search": 1}},
+    )
+    async with agent_harness(tmp_path, model=model, stack=[mw], tools=[search]) as h:
+        first = await h.run(h.agent, "one")
+        # search b reaches both search limits: one question raises both.
+        (asked,) = first.pending
+        assert asked.name == "raise run.per_tool.search, session.per_tool.search"
+        assert asked.reason == (
+            "the limits of 1 call of tool 'search' per run and 1 call of tool 'search' per "
+            "session were reached; approve to raise them to 2 and 2 and run this call, reject "
+            "to refuse the call"
+        )
+        first = await h.resume(first.run_id, {asked.tool_call_id: Decision.approve()})
+        record = await h.store.get_run(h.tenant_id, first.run_id)
+        second = await h.run(h.agent, "two", session_id=record.session_id)
+        # The session limit, raised to 2, is reached again; the run limit (1) starts afresh.
+        (asked,) = second.pending
+        assert asked.request == {
+            "limits": [{"limit": "session.per_tool.search", "maximum": 2, "raise_to": 3}]
+        }
+        second = await h.resume(second.run_id, {asked.tool_call_id: Decision.approve()})
+        messages = await history(h, second.run_id)
+        counts = await private(h, second.run_id)
+    assert first.status is second.status is RunStatus.COMPLETED
+    # 90 of the session's 100 output tokens were used by the first run: the second run's call
+    # may write 10 at most, and after its 5 the session has 5 left.
+    assert [r.max_tokens for r in model.requests] == [100, 70, 40, 10, 5]
+    assert executed == ["search a", "search b", "search c"]
+    assert messages[-1].text == "Second answer."
+    assert counts["run_id"] == str(second.run_id)
+    assert counts["session"]["output_tokens"] == 100 and counts["run"]["output_tokens"] == 10
+    assert counts["session"]["per_tool"] == {"search": 3}
+    assert counts["run"]["per_tool"] == {"search": 1}
+    assert counts["raised"] == {"session.per_tool.search": 2}
 
 
 # -- a cancel, a kill, and a resume ---------------------------------------------------------

@@ -6,7 +6,9 @@ arrive), ``MessageCompleted`` with the assistant message, then for each tool cal
 ``ToolCallStarted`` / ``ToolCallFinished`` (and ``TodosUpdated`` when a call changed the plan),
 then ``TurnFinished``. A call a middleware paused has ``InterruptRaised`` instead of
 ``ToolCallFinished`` (as do later calls of its batch that would pause too), and the run then
-finishes ``suspended``.
+finishes ``suspended``. When a model wrapper drops an attempt whose events were already passed
+on (it retried the call, or returned something else), ``AttemptDiscarded`` comes before the
+next attempt's first event, or before ``MessageCompleted``: forget what that attempt streamed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ class RunStarted:
     run_id: uuid.UUID
     session_id: uuid.UUID
     resumed: bool
+
+
+@frozen
+class AttemptDiscarded:
+    """The stream events since the last ``MessageCompleted`` (or since ``RunStarted``) belong
+    to an attempt of model call ``turn`` (from 1) that is not kept: a UI clears the text it
+    showed. ``MessageCompleted`` carries what is kept."""
+
+    turn: int
 
 
 @frozen
@@ -96,6 +107,7 @@ class RunFinished:
 
 RunEvent: TypeAlias = (
     RunStarted
+    | AttemptDiscarded
     | MessageCompleted
     | ToolCallStarted
     | ToolCallFinished

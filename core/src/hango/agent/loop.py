@@ -8,6 +8,12 @@ run stopped anywhere resumes from what was saved without re-running a call that 
 A run starts and resumes the same way: from its history. If the history ends with an assistant
 message whose calls lack results, that batch is finished first (only the missing calls run).
 
+What is sent is always a request a strict provider accepts: an assistant message with no
+content (an empty end_turn, which real models return) stays in the history, as the record of
+what the model said, but is never sent back, and neither is a blank text block. A tool call
+cut off by ``max_tokens`` is never executed: its arguments may be incomplete, so it is answered
+with an error result saying so.
+
 A middleware may pause a call for a person's decision (``hango.agent.interrupt``). The call does
 not run and leaves no trace in the state; the batch's later calls do not run either, but are
 asked whether they would pause too; the loop then returns ``suspended`` with the questions in
@@ -16,8 +22,9 @@ asked whether they would pause too; the loop then returns ``suspended`` with the
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -28,6 +35,7 @@ from attrs import frozen
 from hango import telemetry
 from hango.agent.chain import Chain
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
     InterruptRaised,
     MessageCompleted,
@@ -48,6 +56,7 @@ from hango.agent.interrupt import (
 )
 from hango.agent.middleware import ModelRequest, ToolCallRequest
 from hango.agent.state import State
+from hango.provider.events import ProviderRetry, StreamEvent
 from hango.provider.messages import (
     Message,
     Request,
@@ -60,6 +69,7 @@ from hango.provider.messages import (
     Usage,
 )
 from hango.provider.model import Accumulator, Model, ModelResponse
+from hango.redact import redact_secrets
 from hango.tool.base import Tool, ToolContext, ToolResult, error_result
 from hango.tool.registry import ToolView
 
@@ -108,6 +118,86 @@ class _Validators:
         if best is None:
             return None
         return f"{best.json_path}: {best.message}"
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """``stream``, closed (``aclose``) as soon as the block is left, however it is left.
+
+    Without it an abandoned async generator is closed only when the garbage collector finds it,
+    which is never while the model object keeps a reference to it: its ``finally`` (the HTTP
+    response it holds) would wait that long.
+    """
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class _Attempts:
+    """Whether the model call in progress has streamed events that its response may not keep.
+
+    A model wrapper may call the model again (a retry) or replace what it returned; the deltas
+    of the attempt it dropped have already reached the caller. ``AttemptDiscarded`` tells the
+    caller to forget them, before the next attempt's first delta or before ``MessageCompleted``.
+    """
+
+    __slots__ = ("kept", "streamed")
+
+    def __init__(self) -> None:
+        self.streamed = False  # events of the latest attempt reached the caller
+        self.kept: Message | None = None  # what the latest attempt produced
+
+    def start(self) -> bool:
+        """A new attempt begins; True when the previous one streamed and must be discarded."""
+        discard = self.streamed
+        self.streamed = False
+        self.kept = None
+        return discard
+
+    def discarded_by(self, response: ModelResponse) -> bool:
+        """True when the chain's ``response`` is not what the streamed attempt produced."""
+        return self.streamed and response.message != self.kept
+
+
+def _sendable(messages: list[Message]) -> tuple[Message, ...]:
+    """The history as sent: without blank text blocks and without messages left empty.
+
+    Providers reject both (Anthropic: "all messages must have non-empty content"); an empty
+    message carries nothing for the model, and the user messages around a dropped assistant
+    message are merged by the provider. Untouched messages are sent as the same objects.
+    """
+    out: list[Message] = []
+    for m in messages:
+        if any(_blank(b) for b in m.content):
+            m = Message(m.role, tuple(b for b in m.content if not _blank(b)))
+        if m.content:
+            out.append(m)
+    return tuple(out)
+
+
+def _blank(block: object) -> bool:
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+_CUT_OFF = ToolResult(
+    "This tool call was cut off by max_tokens before its arguments were complete, so it was "
+    "not run. Call it again if you still need it.",
+    is_error=True,
+)
+
+
+def _truncated(response: ModelResponse) -> ToolUseBlock | None:
+    """The tool call cut off by ``max_tokens``: the last block of such a response, if a call.
+
+    Its arguments may be missing or cut short (a ``{}`` that never was), so it is not run.
+    """
+    if response.stop_reason is not StopReason.MAX_TOKENS or not response.message.content:
+        return None
+    last = response.message.content[-1]
+    return last if isinstance(last, ToolUseBlock) else None
 
 
 class _WouldRun(BaseException):
@@ -176,6 +266,7 @@ async def run_loop(
     validators = _Validators()
     usage = Usage()
     stop_reason: StopReason | None = None
+    attempts = _Attempts()
 
     provider_name = telemetry.provider_name(model)
 
@@ -188,12 +279,18 @@ async def run_loop(
             # the model actually called (its class when it has no name: never the run's).
             provider = telemetry.provider_name(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
+        if attempts.start():
+            await emit(AttemptDiscarded(turns + 1))
         with telemetry.chat_span(req, provider) as chat:
             acc = Accumulator()
-            async for event in called.stream(req):
-                acc.add(event)
-                await emit(event)
+            async with _closing(called.stream(req)) as stream:
+                async for event in stream:
+                    acc.add(event)
+                    # A provider's retry notice is not part of what the attempt said.
+                    attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
+                    await emit(event)
             response = acc.response()
+            attempts.kept = response.message
             chat.finished(response)
             return response
 
@@ -207,7 +304,12 @@ async def run_loop(
             return error_result(
                 "arguments for tool %r are not a JSON object: %.200s", call.name, call.input
             )
-        problem = validators.error(tool.spec, call.input)
+        try:
+            problem = validators.error(tool.spec, call.input)
+            # A copy: a tool that keeps or mutates its arguments must not change the history.
+            arguments = copy.deepcopy(call.input)
+        except RecursionError:
+            return error_result("arguments for tool %r nest too deeply to be used", call.name)
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
         book = state.interrupts
@@ -222,8 +324,7 @@ async def run_loop(
             book.start(call.id, call.name, argument_digest(call.name, call.input))
             scope.started = True
             await checkpoint(state)
-        # A copy: a tool that keeps or mutates its arguments must not change the history.
-        return await tool.call(copy.deepcopy(call.input), ToolContext(treq.state, call))
+        return await tool.call(arguments, ToolContext(treq.state, call))
 
     async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
         scope = CallScope(tools)
@@ -245,8 +346,12 @@ async def run_loop(
                 _check_pause(pause, scope)
                 raised(pause.action)
                 return pause
-            if result.is_error and span.is_recording():
-                span.set_attribute("error.type", "tool_error")
+            if result.is_error:
+                # An error often quotes what failed: a key or token must not reach the
+                # history, the model or the caller.
+                result = ToolResult(redact_secrets(result.content), is_error=True)
+                if span.is_recording():
+                    span.set_attribute("error.type", "tool_error")
         return result
 
     async def would_pause(call: ToolUseBlock, tools: Mapping[str, Tool]) -> Interrupt | None:
@@ -268,11 +373,18 @@ async def run_loop(
         return None
 
     async def run_batch(
-        calls: tuple[ToolUseBlock, ...], tools: Mapping[str, Tool]
+        calls: tuple[ToolUseBlock, ...],
+        tools: Mapping[str, Tool],
+        answered: Mapping[str, ToolResult] | None = None,
     ) -> list[PendingAction]:
-        """Run ``calls`` in order; returns the questions the batch paused on (none: done)."""
+        """Run ``calls`` in order; returns the questions the batch paused on (none: done). A
+        call in ``answered`` already has its result in the history and is only reported."""
         paused: list[PendingAction] = []
         for call in calls:
+            if answered and call.id in answered:
+                await emit(ToolCallStarted(call))
+                await emit(ToolCallFinished(call, answered[call.id]))
+                continue
             if paused:
                 # A call before this one waits for a decision, so this one does not run yet;
                 # asking whether it would pause too puts every question of the batch in one
@@ -339,7 +451,7 @@ async def run_loop(
         tools = tools_now()
         request = Request(
             model=settings.model,
-            messages=tuple(state.messages),
+            messages=_sendable(state.messages),
             system=settings.system,
             tools=tuple(t.spec for t in tools.values()),
             max_tokens=settings.max_tokens,
@@ -349,6 +461,9 @@ async def run_loop(
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
             response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
+            if attempts.discarded_by(response):
+                await emit(AttemptDiscarded(turns + 1))
+            attempts.start()
             turns += 1
             usage += response.usage
             state.usage += response.usage
@@ -359,8 +474,13 @@ async def run_loop(
             if not calls and stop_reason is not StopReason.PAUSE_TURN:
                 # The runner saves this message together with the final status, atomically.
                 return LoopOutcome(RunStatus.COMPLETED, stop_reason, None, usage, turns)
+            answered: dict[str, ToolResult] = {}
+            if (cut := _truncated(response)) is not None:
+                # Answered in the same save as the message, so no resume can ever run it.
+                answered[cut.id] = _CUT_OFF
+                _add_result(state.messages, ToolResultBlock(cut.id, _CUT_OFF.content, True))
             await checkpoint(state)
-            if calls and await run_batch(calls, tools):
+            if calls and await run_batch(calls, tools, answered):
                 return suspended()
             await emit(TurnFinished(turns))
             if outcome := stopped():
@@ -396,9 +516,14 @@ def _check_pause(pause: Interrupt, scope: CallScope) -> None:
 
 def _add_result(messages: list[Message], result: ToolResultBlock) -> None:
     """Add ``result`` to the user message that answers the last assistant message, creating it
-    on the first result, so a batch is always answered by ONE message."""
+    on the first result, so a batch is always answered by ONE message, in call order."""
     last = messages[-1]
     if last.role == "user" and last.tool_results:
-        messages[-1] = Message("user", (*last.content, result))
+        order = {use.id: i for i, use in enumerate(messages[-2].tool_uses)}
+        blocks = sorted(
+            (*last.content, result),
+            key=lambda b: order.get(b.tool_use_id, 0) if isinstance(b, ToolResultBlock) else 0,
+        )
+        messages[-1] = Message("user", tuple(blocks))
     else:
         messages.append(Message("user", (result,)))

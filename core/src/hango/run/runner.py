@@ -21,7 +21,7 @@ import anyio
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError, session_scoped
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.interrupt import Decision, Interrupt, PendingAction, misplaced
@@ -36,10 +36,17 @@ from hango.agent.stack import (
     in_process,
     resolve_stack,
 )
-from hango.agent.state import State, StateError, dump_state, load_state
+from hango.agent.state import (
+    State,
+    StateError,
+    dump_state,
+    load_run_state,
+    load_state,
+    new_run_state,
+)
 from hango.config import DEFAULT_TENANT, ConfigError, hango_settings
 from hango.plugins import PluginManager, make_plugin_manager
-from hango.provider.messages import Message, StopReason, Usage
+from hango.provider.messages import JSON, Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
 from hango.run.decide import Decided, decide_run
 from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
@@ -348,8 +355,9 @@ class Harness:
             )
         placements = self._rebuild(run, agent)
         saver = _Saver(self.store, run)
+        previous = None if resumed else await _previous_state(self.store, run)
         try:
-            state = _initial_state(run)
+            state = _initial_state(run, previous, session_scoped(p.middleware for p in placements))
         except StateError as exc:
             # Keep the stored state as it is: the run fails, nothing is lost.
             await saver.mark_failed(str(exc))
@@ -419,14 +427,19 @@ class Harness:
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
-                    if isinstance(exc, ModelError | StateError)
+                    if isinstance(exc, ModelError | StateError | MiddlewareError)
                     else (f"{type(exc).__name__}: {exc}")
                 )
                 outcome = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
                 if isinstance(exc, StaleVersion):
                     raise  # another writer owns this run now; saving again would fail too
                 with anyio.CancelScope(shield=True):
-                    await saver.save(state, RunStatus.FAILED, error=error)
+                    try:
+                        await saver.save(state, RunStatus.FAILED, error=error)
+                    except StateError:
+                        # The state itself cannot be saved: the run still must not stay
+                        # running; its last saved state and history are kept.
+                        await saver.mark_failed(error)
             else:
                 await saver.save(
                     state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
@@ -533,10 +546,29 @@ def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction
     return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
 
 
-def _initial_state(run: RunRecord) -> State:
+def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:
+    """A resumed run's own saved state, or a new run's (``new_run_state``); ``StateError``."""
     if run.state == {}:
-        return State(run.id, run.session_id, run.agent_id, run.tenant_id)
-    return load_state(run.state)
+        return new_run_state(
+            previous,
+            run_id=run.id,
+            session_id=run.session_id,
+            agent_id=run.agent_id,
+            tenant_id=run.tenant_id,
+            session_scoped=session_scoped,
+        )
+    return load_run_state(
+        run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+    )
+
+
+async def _previous_state(store: RunStore, run: RunRecord) -> JSON | None:
+    """The saved state of the run before ``run`` in its session (a session runs one run at a
+    time, so ``run`` is the newest), or None."""
+    for other in await store.list_runs(run.tenant_id, session_id=run.session_id, limit=2):
+        if other.id != run.id:
+            return other.state
+    return None
 
 
 def _first_change(saved: list[Message], current: list[Message]) -> int:

@@ -1,10 +1,12 @@
 """``LimitsMiddleware`` (slot ``limits``): budgets on model calls, tool calls and tokens.
 
-A ModelWrapper and a ToolWrapper. Before a call it checks every limit against the counters;
-after the call completes it counts it (a model call with its tokens, a tool call with its
-tool's name). The counters live in the run's private state, which the loop saves with the
-call's message or result in one checkpoint, so a call is counted exactly when its outcome is
-kept: a run killed mid-call counts that call once, when it is re-run after the resume.
+A ModelWrapper, a ToolWrapper and a RunHook. Before a call it checks every limit against the
+counters; after the call completes it counts it (a model call with its tokens, a tool call
+with its tool's name). The counters live in the middleware's private state, which the loop
+saves with the call's message or result in one checkpoint, so a call is counted exactly when
+its outcome is kept: a run killed mid-call counts that call once, when it is re-run after the
+resume. The state is session-scoped: the session's next run starts from it and resets only
+the run's own counters (``LimitsState.start_run``).
 
 Reaching a limit (the counter is already at its maximum when a call would start):
 
@@ -15,9 +17,9 @@ Reaching a limit (the counter is already at its maximum when a call would start)
   history the next message of the session can build on (the langchain#34159 bug).
 - ``error``: ``LimitReached`` is raised; the run fails with the limit named.
 - ``suspend`` (tool limits): the run is suspended (``req.interrupt``) for a person to decide:
-  ``approve`` raises the limit by its configured size and the call runs, ``reject`` refuses
-  the call as ``continue`` does. Model-call and token limits cannot suspend: a run pauses only
-  before a tool call.
+  ``approve`` raises the limits the call reached, each by its configured size, and the call
+  runs; ``reject`` refuses the call as ``continue`` does. Model-call and token limits cannot
+  suspend: a run pauses only before a tool call.
 """
 
 from __future__ import annotations
@@ -85,11 +87,13 @@ class Counts:
 
 @define
 class LimitsState:
-    """The private state: the counters of this run and of its session (earlier runs included);
-    ``ending``, the limit an ``end`` is under way for (set when a tool call reached it,
-    cleared by the final message), so a run resumed in between still ends; ``raised``, what a
-    person added to a limit (by key) when a ``suspend`` was approved."""
+    """The private state, carried from run to run of a session: ``run_id``, the run the
+    ``run`` counters belong to; the counters of that run and of the session (earlier runs
+    included); ``ending``, the limit an ``end`` is under way for (set when a tool call reached
+    it, cleared by the final message), so a run resumed in between still ends; ``raised``, what
+    people added to a limit (by key) by approving a ``suspend``."""
 
+    run_id: str = ""
     run: Counts = field(factory=Counts)
     session: Counts = field(factory=Counts)
     ending: str | None = None
@@ -97,6 +101,14 @@ class LimitsState:
 
     def scope(self, limit: Limit) -> Counts:
         return self.run if limit.scope == "run" else self.session
+
+    def start_run(self, run_id: str) -> None:
+        """Begin counting run ``run_id``: its counters, its pending end and the raises of
+        run limits start afresh; the session's are kept."""
+        self.run_id = run_id
+        self.run = Counts()
+        self.ending = None
+        self.raised = {k: v for k, v in self.raised.items() if k.startswith("session.")}
 
 
 class LimitReached(Exception):
@@ -113,8 +125,9 @@ class LimitReached(Exception):
 
 def session_history_counts(state: State) -> Counts:
     """The model and tool calls of the session's earlier runs, read from the history before
-    this run's prompt (the last user message that is not only tool results). Their tokens are
-    not in the history, so they count from zero."""
+    this run's prompt (the last user message that is not only tool results): the start of the
+    session's counts when its earlier runs left none (they ran without this plugin). Their
+    tokens are not in the history, so they count from zero."""
     messages = state.messages
     start = len(messages)
     for i in range(len(messages) - 1, -1, -1):
@@ -135,6 +148,8 @@ class LimitsMiddleware:
     """Enforces ``policy`` on every model and tool call of a run."""
 
     name = "limits"
+    # The private state goes on to the session's next run, which keeps the session counters.
+    state_scope = "session"
 
     def __init__(self, policy: LimitPolicy) -> None:
         self.policy = policy
@@ -146,10 +161,12 @@ class LimitsMiddleware:
         counts, found = load_private(state, self.name, LimitsState)
         if not found:
             counts.session = session_history_counts(state)
+        if counts.run_id != str(state.run_id):
+            counts.start_run(str(state.run_id))
         return counts
 
     async def before_run(self, state: State) -> None:
-        # The session's earlier calls are read once, when the run first starts, and kept.
+        # A new run's counters are set up once, before its first call, and saved.
         store_private(state, self.name, self._load(state))
 
     # -- model calls -----------------------------------------------------------------------
@@ -163,9 +180,9 @@ class LimitsMiddleware:
                 telemetry.SHORT_CIRCUITED, middleware=self.name, reason="run ended at a limit"
             )
             return _final_message(reason)
-        reached = _first_reached(self._model_limits, counts)
-        if reached is not None:
-            return self._model_limit(reached)
+        reached = _reached(self._model_limits, counts)
+        if reached:
+            return self._model_limit(reached[0])
         req = self._cap_output(req, counts)
         response = await next(req)
         counts.run.add_model_call(response.usage)
@@ -201,8 +218,8 @@ class LimitsMiddleware:
             return error_result(
                 "Not executed: the limit of %s was reached; the run is ending.", counts.ending
             )
-        limits = [lim for lim in self._tool_limits if lim.tool in (None, name)]
-        while (reached := _first_reached(limits, counts)) is not None:
+        reached = _reached((lim for lim in self._tool_limits if lim.tool in (None, name)), counts)
+        if reached:
             refused = self._tool_limit(req, reached, counts)
             if refused is not None:
                 return refused
@@ -213,16 +230,18 @@ class LimitsMiddleware:
         return result
 
     def _tool_limit(
-        self, req: ToolCallRequest, limit: Limit, counts: LimitsState
+        self, req: ToolCallRequest, reached: list[Limit], counts: LimitsState
     ) -> ToolResult | None:
-        """The refusal of a call that reached ``limit``, or None when a person raised it."""
+        """The refusal of a call that reached the ``reached`` limits (at least one), or None
+        when a person raised them."""
         behaviour: OnLimit = self.policy.on_tool_limit
-        declined = ""
+        limit, declined = reached[0], ""
         if behaviour == "suspend":
-            decision = self._ask(req, limit, counts)
+            decision = self._ask(req, reached)
             if decision.type == "approve":
-                base = self.policy.maximum(limit.key)
-                counts.raised[limit.key] = counts.raised.get(limit.key, 0) + base
+                for lim in reached:
+                    grown = counts.raised.get(lim.key, 0) + self.policy.maximum(lim.key)
+                    counts.raised[lim.key] = grown
                 store_private(req.state, self.name, counts)
                 return None
             why = (decision.message or "").strip()
@@ -248,30 +267,41 @@ class LimitsMiddleware:
             advice,
         )
 
-    def _ask(self, req: ToolCallRequest, limit: Limit, counts: LimitsState) -> Decision:
-        """A person's decision on raising ``limit`` for this call; the first time, the run is
-        suspended (``Interrupt`` propagates)."""
-        raise_to = limit.maximum + self.policy.maximum(limit.key)
+    def _ask(self, req: ToolCallRequest, reached: list[Limit]) -> Decision:
+        """A person's decision on raising every limit this call reached, asked once (one
+        question per call: a call's questions are answered by its call id); the first time,
+        the run is suspended (``Interrupt`` propagates)."""
+        raises = [(lim, lim.maximum + self.policy.maximum(lim.key)) for lim in reached]
+        if len(raises) == 1:
+            ((lim, to),) = raises
+            what = f"the limit of {lim.describe()} was reached; approve to raise it to {to}"
+        else:
+            what = (
+                f"the limits of {' and '.join(lim.describe() for lim, _ in raises)} were "
+                f"reached; approve to raise them to {' and '.join(str(to) for _, to in raises)}"
+            )
         return req.interrupt(
             self.name,
-            f"raise {limit.key}",
-            reason=(
-                f"the limit of {limit.describe()} was reached; approve to raise it to "
-                f"{raise_to} and run this call, reject to refuse the call"
-            ),
+            "raise " + ", ".join(lim.key for lim in reached),
+            reason=f"{what} and run this call, reject to refuse the call",
             decisions=("approve", "reject"),
-            request={"limit": limit.key, "maximum": limit.maximum, "raise_to": raise_to},
+            request={
+                "limits": [
+                    {"limit": lim.key, "maximum": lim.maximum, "raise_to": to} for lim, to in raises
+                ]
+            },
         )
 
 
-def _first_reached(limits: Iterable[Limit], counts: LimitsState) -> Limit | None:
-    """The first of ``limits`` whose counter is at its maximum (as raised by a person, when
-    one was), with that maximum."""
+def _reached(limits: Iterable[Limit], counts: LimitsState) -> list[Limit]:
+    """Those of ``limits`` whose counter is at its maximum (as raised by people, when they
+    did), each with that maximum."""
+    out = []
     for lim in limits:
         maximum = lim.maximum + counts.raised.get(lim.key, 0)
         if counts.scope(lim).used(lim) >= maximum:
-            return lim if maximum == lim.maximum else attrs.evolve(lim, maximum=maximum)
-    return None
+            out.append(lim if maximum == lim.maximum else attrs.evolve(lim, maximum=maximum))
+    return out
 
 
 def _final_message(reason: str) -> ModelResponse:

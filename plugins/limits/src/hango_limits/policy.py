@@ -28,12 +28,6 @@ SCOPES: Final[tuple[Scope, ...]] = ("run", "session")
 #: The counters a limit can cap, besides ``per_tool``; model calls and tokens first.
 MODEL_COUNTERS: Final = ("model_calls", "input_tokens", "output_tokens")
 COUNTERS: Final = (*MODEL_COUNTERS, "tool_calls")
-#: The counters each scope can limit. A session's earlier calls are read from its history,
-#: which does not hold their tokens: session token limits wait for session-scoped state.
-SCOPE_COUNTERS: Final[dict[Scope, tuple[str, ...]]] = {
-    "run": COUNTERS,
-    "session": ("model_calls", "tool_calls"),
-}
 ON_LIMIT: Final[tuple[OnLimit, ...]] = ("end", "error")
 ON_TOOL_LIMIT: Final[tuple[OnLimit, ...]] = ("continue", "end", "error", "suspend")
 DEFAULT_ON_LIMIT: Final[OnLimit] = "end"
@@ -49,20 +43,18 @@ _NOUN: Final = {
 _POSITIVE: Final = {"type": "integer", "minimum": 1}
 
 
-def _scope_schema(scope: Scope) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            **{counter: _POSITIVE for counter in SCOPE_COUNTERS[scope]},
-            "per_tool": {
-                "type": "object",
-                "propertyNames": {"minLength": 1},
-                "additionalProperties": _POSITIVE,
-            },
+_SCOPE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        **{counter: _POSITIVE for counter in COUNTERS},
+        "per_tool": {
+            "type": "object",
+            "propertyNames": {"minLength": 1},
+            "additionalProperties": _POSITIVE,
         },
-        "additionalProperties": False,
-    }
-
+    },
+    "additionalProperties": False,
+}
 
 #: JSON Schema (draft 2020-12) of the agent file's ``[options.limits]`` table.
 OPTIONS_SCHEMA: Final[dict[str, Any]] = {
@@ -70,8 +62,8 @@ OPTIONS_SCHEMA: Final[dict[str, Any]] = {
     "properties": {
         "on_limit": {"enum": list(ON_LIMIT)},
         "on_tool_limit": {"enum": list(ON_TOOL_LIMIT)},
-        "run": _scope_schema("run"),
-        "session": _scope_schema("session"),
+        "run": _SCOPE_SCHEMA,
+        "session": _SCOPE_SCHEMA,
     },
     "additionalProperties": False,
 }
@@ -136,7 +128,7 @@ class LimitPolicy:
         limits: list[Limit] = []
         for scope in SCOPES:
             table: Mapping[str, Any] = options.get(scope, {})
-            for counter in SCOPE_COUNTERS[scope]:
+            for counter in COUNTERS:
                 if counter in table:
                     maximum = int(table[counter])
                 else:

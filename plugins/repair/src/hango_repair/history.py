@@ -9,6 +9,10 @@ dropped. A result counts only in the user message right after its call: a result
 is an orphan there, and its call is answered as interrupted. Calls the run finishes itself
 (``hold``: a batch suspended for a decision, a call whose outcome is unknown) are left
 unanswered.
+
+A history also opens with the user. When the first messages are orphan results (a history cut
+in the middle of a batch), what remains before the first user prompt answers a conversation
+that is no longer there, and is dropped as well.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ INTERRUPTED: Final = (
 @frozen
 class Repair:
     """A repaired history: the new ``messages`` (unchanged messages are the same objects),
-    how many synthetic results were ``added`` and how many orphan results ``dropped``."""
+    how many synthetic results were ``added``, how many orphan results ``dropped`` and how
+    many messages before the first user prompt were ``trimmed``."""
 
     messages: list[Message]
     added: int
     dropped: int
+    trimmed: int = 0
 
 
 def _answer(
@@ -78,12 +84,15 @@ def _answer(
 def repair_history(messages: Sequence[Message], hold: Set[str] = frozenset()) -> Repair | None:
     """The repaired history, or None when ``messages`` needs no repair.
 
-    Idempotent: a repaired history needs no repair. A user message left empty by dropping
-    orphan results is removed. Calls whose id is in ``hold`` are never answered.
+    Idempotent: a repaired history needs no repair. Everything before the first user prompt is
+    dropped (a history without any prompt is left to open as it does), then a user message
+    left empty by dropping orphan results is removed. Calls whose id is in ``hold`` are never
+    answered.
     """
+    trimmed = next((i for i, m in enumerate(messages) if _is_prompt(m)), 0)
     out: list[Message] = []
     added = dropped = 0
-    i = 0
+    i = trimmed
     while i < len(messages):
         message = messages[i]
         i += 1
@@ -99,6 +108,11 @@ def repair_history(messages: Sequence[Message], hold: Set[str] = frozenset()) ->
         out.extend(answer)
         added += a
         dropped += d
-    if not added and not dropped:
+    if not added and not dropped and not trimmed:
         return None
-    return Repair(out, added, dropped)
+    return Repair(out, added, dropped, trimmed)
+
+
+def _is_prompt(message: Message) -> bool:
+    """A user message with something other than tool results: where a conversation can open."""
+    return message.role == "user" and len(message.tool_results) < len(message.content)

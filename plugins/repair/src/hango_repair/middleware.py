@@ -2,8 +2,9 @@
 
 A RunHook. Before a run (or a resumed run) makes its first model call, every assistant tool
 call that has no result (the run crashed, was cancelled, or the history was edited) is
-answered with a synthetic error result saying the run was interrupted, and every result whose
-call is missing is dropped (``hango_repair.history``). The model then sees a valid history and
+answered with a synthetic error result saying the run was interrupted, every result whose
+call is missing is dropped, and a history left opening with anything but a user prompt is
+trimmed to its first one (``hango_repair.history``). The model then sees a valid history and
 decides itself whether to call again; an interrupted call is never re-run behind its back.
 
 Calls the resumed run finishes itself are left alone (``hango.held_calls``): the unfinished
@@ -26,6 +27,7 @@ from hango_repair.history import repair_history
 HISTORY_REPAIRED: Final = "middleware.history_repaired"
 RESULTS_ADDED: Final = "hango.repair.results_added"
 RESULTS_DROPPED: Final = "hango.repair.results_dropped"
+MESSAGES_TRIMMED: Final = "hango.repair.messages_trimmed"
 
 
 class RepairToolCallsMiddleware:
@@ -41,5 +43,9 @@ class RepairToolCallsMiddleware:
         telemetry.record(
             HISTORY_REPAIRED,
             middleware=self.name,
-            attributes={RESULTS_ADDED: repair.added, RESULTS_DROPPED: repair.dropped},
+            attributes={
+                RESULTS_ADDED: repair.added,
+                RESULTS_DROPPED: repair.dropped,
+                MESSAGES_TRIMMED: repair.trimmed,
+            },
         )
