@@ -7,7 +7,6 @@ person's decision exits 3, printing what it waits for and the commands that deci
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -15,7 +14,7 @@ import signal
 import sys
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +27,7 @@ from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, RunFinished, RunStatus
 from hango.agent.stack import STACK_ORDER, StackConfig, discover
 from hango.agent.state import StateError
-from hango.config import Config, ConfigError, hango_settings
+from hango.config import Config, ConfigError, HangoWarning, hango_settings
 from hango.convert import message_to_json
 from hango.pending import (
     SUSPENDED_EXIT,
@@ -43,7 +42,6 @@ from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist
 from hango.run import Decided, Harness
-from hango.run.runner import AllowlistWarning
 from hango.store import StoreError, open_store
 from hango.store.base import RunRecord
 
@@ -75,14 +73,22 @@ def _run_async(fn: Callable[[], Awaitable[T]]) -> T:
         sys.exit(2)
 
 
-@contextlib.contextmanager
-def _warnings_as_lines() -> Iterator[None]:
-    """hango's warnings (an allowlist naming a missing tool) as one ``warning:`` line each."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AllowlistWarning)
-        yield
-    for w in caught:
-        err_console.print(f"warning: {w.message}", style="yellow", markup=False, soft_wrap=True)
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """hango's own warnings as one ``warning:`` line; any other the Python way."""
+    if issubclass(category, HangoWarning):
+        err_console.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
 
 
 def _exit(code: int) -> None:
@@ -129,6 +135,7 @@ agent_option = click.option(
 @click.version_option(package_name="hango")
 def main() -> None:
     """hango: run agents whose every feature is a middleware."""
+    warnings.showwarning = _show_warning
 
 
 def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
@@ -235,8 +242,7 @@ def run(
                 model_spec=model,
                 base_url=base_url,
             )
-            with _warnings_as_lines():
-                record = await harness.start(agent, message, session_id=session_id)
+            record = await harness.start(agent, message, session_id=session_id)
             return await _execute(harness, record, as_json=as_json, db=db)
         finally:
             await store.aclose()
@@ -668,10 +674,9 @@ def submit(
         store = await open_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            with _warnings_as_lines():
-                return await harness.start(
-                    agent, message, session_id=session_id, status=RunStatus.QUEUED
-                )
+            return await harness.start(
+                agent, message, session_id=session_id, status=RunStatus.QUEUED
+            )
         finally:
             await store.aclose()
 

@@ -44,7 +44,7 @@ from hango.agent.state import (
     load_state,
     new_run_state,
 )
-from hango.config import DEFAULT_TENANT, ConfigError, hango_settings
+from hango.config import DEFAULT_TENANT, ConfigError, HangoWarning, hango_settings
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.messages import JSON, Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
@@ -55,7 +55,7 @@ from hango.tool.registry import ToolRegistry
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
 
 
-class AllowlistWarning(UserWarning):
+class AllowlistWarning(HangoWarning):
     """An agent's ``tool_allowlist`` names a tool that nothing provides."""
 
 
@@ -228,7 +228,10 @@ class Harness:
         return stack
 
     def _chain(self, placements: Sequence[Placement]) -> Chain:
-        return Chain.build([p.middleware for p in placements])
+        # Origins name a failing middleware's distribution in its MiddlewareError.
+        return Chain.build(
+            [p.middleware for p in placements], origins={p.name: p.origin for p in placements}
+        )
 
     def _model(self, run: RunRecord, agent: AgentDefinition) -> Model:
         """The model to continue ``run`` with: this harness's override, else the model the run
