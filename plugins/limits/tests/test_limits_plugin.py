@@ -347,8 +347,8 @@ async def test_error_fails_the_run_naming_the_limit(tmp_path: Path) -> None:
         record = await h.store.get_run(h.tenant_id, finished.run_id)
     assert finished.status is RunStatus.FAILED and record.status is RunStatus.FAILED
     assert finished.error == (
-        "middleware 'limits' raised LimitReached in wrap_model_call: limit reached: "
-        "3 model calls per run ([options.limits] run.model_calls)"
+        "middleware 'limits' (an in-process object) raised LimitReached in wrap_model_call: "
+        "limit reached: 3 model calls per run ([options.limits] run.model_calls)"
     )
     assert len(model.requests) == 3
 

@@ -44,6 +44,7 @@ from hango import (
     telemetry,
     tool,
 )
+from hango.agent.chain import MiddlewareError
 from hango.agent.stack import check_options, discover
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
@@ -420,6 +421,21 @@ async def test_a_cancel_during_the_backoff_wait_ends_the_call() -> None:
             await waiting.wait()
             scope.cancel()
     assert scope.cancelled_caught and flaky.attempts == 1
+
+
+@pytest.mark.anyio
+async def test_a_wrapper_inside_returning_no_result_is_named_not_the_retry() -> None:
+    class ReturnsNothing:
+        name = "returns_nothing"
+
+        async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+            await next(req)
+            return None  # type: ignore[return-value]
+
+    chain = Chain.build([ToolRetryMiddleware(policy(), sleep=Clock().sleep), ReturnsNothing()])
+    req = ToolCallRequest(ToolUseBlock("c1", "flaky", {}), Flaky(None), new_state())
+    with pytest.raises(MiddlewareError, match=r"^middleware 'returns_nothing' returned None"):
+        await chain.tool_call(req, execute)
 
 
 # -- in the pinned stack, with approval and limits -------------------------------------------

@@ -185,6 +185,8 @@ class LimitsMiddleware:
             return self._model_limit(reached[0])
         req = self._cap_output(req, counts)
         response = await next(req)
+        if not isinstance(response, ModelResponse):
+            return response  # a wrapper inside broke the contract: the chain names it, not us
         counts.run.add_model_call(response.usage)
         counts.session.add_model_call(response.usage)
         store_private(req.state, self.name, counts)

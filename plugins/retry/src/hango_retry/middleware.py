@@ -71,7 +71,8 @@ class ToolRetryMiddleware:
         return self.policy.retry_non_idempotent or getattr(req.tool, "idempotent", True)
 
     def _retryable(self, result: ToolResult) -> bool:
-        return isinstance(result.exception, self.policy.retry_on)
+        # getattr: a wrapper inside that returned no ToolResult is named by the chain, not here.
+        return isinstance(getattr(result, "exception", None), self.policy.retry_on)
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         if not self._may_retry(req):
