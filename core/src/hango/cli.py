@@ -581,7 +581,7 @@ def worker(
     it back in the queue; a second one cancels the runs at once (also saved and queued)."""
     import logging
 
-    from hango.run.worker import Worker
+    from hango.run.worker import Worker, wait_for_store
     from hango.telemetry_setup import configure_telemetry
 
     configure_telemetry(None)
@@ -592,7 +592,7 @@ def worker(
     logging.getLogger("hango.worker").setLevel(logging.INFO)
 
     async def main_() -> None:
-        store = await open_store(_db_url(db))
+        store = await wait_for_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id, model_spec=model)
             w = Worker(

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import jsonschema
-from attrs import frozen
+from attrs import evolve, frozen
 
 from hango import telemetry
 from hango.agent.chain import Chain
@@ -32,6 +32,7 @@ from hango.agent.events import (
 )
 from hango.agent.middleware import ModelRequest, ToolCallRequest
 from hango.agent.state import State
+from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS, storable_message, storable_result
 from hango.provider.messages import (
     Message,
     Request,
@@ -53,12 +54,14 @@ Checkpoint = Callable[[State], Awaitable[None]]
 @frozen
 class LoopSettings:
     """What the loop needs of an agent: the model name sent in requests, the agent's own
-    system blocks, the turn limit (model calls per run) and ``max_tokens`` per call."""
+    system blocks, the turn limit (model calls per run), ``max_tokens`` per call, and the
+    characters of a tool result kept in history (``storable_result``)."""
 
     model: str
     system: tuple[TextBlock, ...] = ()
     max_turns: int = 25
     max_tokens: int = 4096
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
 
 
 @frozen
@@ -184,7 +187,8 @@ async def run_loop(
                 )
                 if result.is_error and span.is_recording():
                     span.set_attribute("error.type", "tool_error")
-            _add_result(state.messages, ToolResultBlock(call.id, result.content, result.is_error))
+            content = storable_result(result.content, settings.max_result_chars)
+            _add_result(state.messages, ToolResultBlock(call.id, content, result.is_error))
             await checkpoint(state)
             await emit(ToolCallFinished(call, result))
             if state.todos is not todos_before:
@@ -232,6 +236,7 @@ async def run_loop(
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
             response = await chain.model_call(ModelRequest(request, state), call_model)
+            response = evolve(response, message=storable_message(response.message))
             turns += 1
             usage += response.usage
             stop_reason = response.stop_reason

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import anyio
+import attrs
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
@@ -27,11 +28,21 @@ from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
 from hango.agent.stack import StackConfig, default_stack
 from hango.agent.state import State, StateError, dump_state, load_state
-from hango.config import DEFAULT_TENANT, hango_settings
+from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
+from hango.config import DEFAULT_TENANT, hango_settings, int_setting
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.messages import Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
-from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
+from hango.store.base import (
+    Lease,
+    LeaseLost,
+    RunRecord,
+    RunStore,
+    StaleVersion,
+    StoreError,
+    StoreUnavailable,
+    UnstorableContent,
+)
 from hango.tool.registry import ToolRegistry
 
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
@@ -51,7 +62,9 @@ class Harness:
     ``stack`` builds the middleware list from a ``StackConfig`` (default: ``default_stack`` over
     the installed plugins); ``model`` overrides every agent's model (tests, ``--model``);
     ``tools`` replaces the tools named in agent files (tests, tools built at run time);
-    ``settings`` are the ``HANGO_*`` settings plugins read (default: the environment).
+    ``settings`` are the ``HANGO_*`` settings plugins read (default: the environment), and
+    ``HANGO_TOOL_RESULT_MAX_CHARS`` (characters of a tool result kept in history, default
+    100,000; ``ConfigError`` if not a positive integer).
     """
 
     def __init__(
@@ -72,6 +85,9 @@ class Harness:
         self.model = model
         self.model_spec = model_spec
         self.settings = dict(hango_settings() if settings is None else settings)
+        self.max_result_chars = int_setting(
+            self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
+        )
         if stack is None:
             pm = plugins if plugins is not None else make_plugin_manager(env=self.settings)
             stack = lambda config: default_stack(config, pm)  # noqa: E731
@@ -139,13 +155,22 @@ class Harness:
         *,
         emit: Callable[[Event], Awaitable[None]] = _discard,
         stop: anyio.Event | None = None,
+        lease: Lease | None = None,
     ) -> RunFinished:
         """Run (or resume) ``run_id`` to its end and return how it finished.
 
-        Raises ``NotFound`` and ``RunNotResumable``. A model error, a malformed stored state or a
-        middleware error ends the run as failed (saved, with the error). Cancellation saves the
-        run as cancelled, then propagates. Once ``stop`` is set, the run ends at the next turn
-        boundary, saved as ``queued`` (``run_loop``), for a worker to continue.
+        Raises ``NotFound`` and ``RunNotResumable``. A model error, a malformed stored state, a
+        middleware error or content the store cannot hold ends the run as failed (saved, with
+        the error; unstorable content is not saved, the last saved state and history are kept).
+        Cancellation saves the run as cancelled, then propagates; a save in progress is never
+        cut short by it. Once ``stop`` is set, the run ends at the next turn boundary, saved as
+        ``queued`` (``run_loop``), for a worker to continue.
+
+        ``lease`` is the worker's (``Worker`` passes it): every save is fenced by it. Writing
+        nothing more, ``LeaseLost`` propagates once the lease is lost (another worker owns the
+        run), ``StaleVersion`` once another writer saved the run, and ``StoreUnavailable`` when
+        the database stayed unreachable (an infrastructure fault, not the run's: it is not
+        failed, and a worker leaves it to be reclaimed).
         """
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
@@ -155,7 +180,7 @@ class Harness:
         resumed = run.state != {}
         agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
         agent = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
-        saver = _Saver(self.store, run)
+        saver = _Saver(self.store, run, lease)
         try:
             state = _initial_state(run)
         except StateError as exc:
@@ -203,6 +228,7 @@ class Harness:
                         agent.system_blocks,
                         agent.max_turns,
                         agent.max_tokens,
+                        self.max_result_chars,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
@@ -210,24 +236,25 @@ class Harness:
                 )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    await saver.save(state, RunStatus.CANCELLED, error="cancelled")
+                    cancelled = LoopOutcome(RunStatus.CANCELLED, None, "cancelled", Usage(), 0)
+                    await saver.finish(state, cancelled)
+                raise
+            except (StaleVersion, LeaseLost, StoreUnavailable):
+                # Another writer owns the run now, or the database is away: not the run's
+                # fault, and any further write would be refused or lost.
                 raise
             except Exception as exc:
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
-                    if isinstance(exc, ModelError | StateError)
+                    if isinstance(exc, ModelError | StateError | UnstorableContent)
                     else (f"{type(exc).__name__}: {exc}")
                 )
-                outcome = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
-                if isinstance(exc, StaleVersion):
-                    raise  # another writer owns this run now; saving again would fail too
+                failed = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
                 with anyio.CancelScope(shield=True):
-                    await saver.save(state, RunStatus.FAILED, error=error)
+                    outcome = await saver.finish(state, failed)
             else:
-                await saver.save(
-                    state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
-                )
+                outcome = await saver.finish(state, outcome)
             finished = RunFinished(
                 run_id, outcome.status, outcome.stop_reason, outcome.error, outcome.usage
             )
@@ -237,11 +264,13 @@ class Harness:
 
 class _Saver:
     """Saves one run: tracks its version and the history as last saved, so each save writes
-    only the messages from the first one that changed."""
+    only the messages from the first one that changed; every save is fenced by ``lease``
+    (``None``: a run in a terminal, fenced by its version only)."""
 
-    def __init__(self, store: RunStore, run: RunRecord) -> None:
+    def __init__(self, store: RunStore, run: RunRecord, lease: Lease | None = None) -> None:
         self.store = store
         self.run = run
+        self.lease = lease
         self.version = run.version
         self.saved: list[Message] = []
 
@@ -255,28 +284,50 @@ class _Saver:
     ) -> None:
         current = state.messages
         first = _first_change(self.saved, current)
-        self.version = await self.store.save_run(
-            self.run.tenant_id,
-            self.run.id,
-            version=self.version,
-            status=status,
-            state=dump_state(state),
-            messages=current[first:],
-            from_index=first,
-            error=error,
-            stop_reason=stop_reason,
-        )
+        # Shielded: a save cancelled half way (Ctrl-C) may still commit, and a version this
+        # saver no longer knows would make the cancelled-save after it fail, leaving the run
+        # "running" with no owner. The save ends (or fails) by itself within the retry time.
+        with anyio.CancelScope(shield=True):
+            self.version = await self.store.save_run(
+                self.run.tenant_id,
+                self.run.id,
+                version=self.version,
+                status=status,
+                state=dump_state(state),
+                messages=current[first:],
+                from_index=first,
+                error=error,
+                stop_reason=stop_reason,
+                lease=self.lease,
+            )
         self.saved = list(current)
 
+    async def finish(self, state: State, outcome: LoopOutcome) -> LoopOutcome:
+        """Save the run's last state with the outcome's status; returns the outcome saved. If
+        the state or history holds content the store cannot hold, the run is failed instead,
+        with that error, keeping the state and history saved last (nothing is lost that was
+        saved, and nothing is left ``running``)."""
+        try:
+            await self.save(
+                state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
+            )
+        except UnstorableContent as exc:
+            await self.mark_failed(str(exc))
+            return attrs.evolve(outcome, status=RunStatus.FAILED, error=str(exc))
+        return outcome
+
     async def mark_failed(self, error: str) -> None:
-        self.version = await self.store.save_run(
-            self.run.tenant_id,
-            self.run.id,
-            version=self.version,
-            status=RunStatus.FAILED,
-            state=None,
-            error=error,
-        )
+        """Fail the run with ``error``, leaving its stored state and history as they are."""
+        with anyio.CancelScope(shield=True):
+            self.version = await self.store.save_run(
+                self.run.tenant_id,
+                self.run.id,
+                version=self.version,
+                status=RunStatus.FAILED,
+                state=None,
+                error=error,
+                lease=self.lease,
+            )
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
@@ -306,9 +357,11 @@ def _initial_state(run: RunRecord) -> State:
 
 
 def _first_change(saved: list[Message], current: list[Message]) -> int:
-    """Index of the first message that differs (messages are immutable, so identity suffices)."""
+    """Index of the first message that differs.
+
+    The common case (history only grew) is one list comparison, which runs in C and compares
+    by identity first, so a long session costs next to nothing per save."""
     n = min(len(saved), len(current))
-    for i in range(n):
-        if saved[i] is not current[i]:
-            return i
-    return n
+    if saved[:n] == current[:n]:
+        return n
+    return next(i for i in range(n) if saved[i] != current[i])
