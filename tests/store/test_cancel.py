@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 
 from hango import AgentDefinition, Harness, RunStatus, ScriptedModel, ToolRegistry, tool
@@ -29,7 +30,7 @@ async def work(label: str) -> str:
     Args:
         label: which one.
     """
-    await anyio.sleep(0)  # a checkpoint, as any real tool has: a pending Ctrl-C lands here
+    await anyio.lowlevel.checkpoint()  # as any real tool has: a pending Ctrl-C lands here
     return f"{label} done"
 
 
@@ -80,7 +81,7 @@ class CancelsOneSave:
 async def test_ctrl_c_during_a_save_never_leaves_a_run_running_without_an_owner(
     store: RunStore, tenant: uuid.UUID
 ) -> None:
-    rng = random.Random(12)  # noqa: S311 - reproducible timings, not security
+    rng = random.Random(12)  # reproducible timings
     interrupting = CancelsOneSave(store)
 
     def harness(s: Any) -> Harness:
