@@ -128,6 +128,9 @@ WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s
 RETURNING id
 """
 
+#: Seconds the pool keeps reconnecting one connection before it gives up (see ``open``).
+RECONNECT_SECONDS: Final = 5.0
+
 #: SQLSTATEs of failures that are the server's state, not the statement's: the connection
 #: class 08, the server shutting down or starting (57P01-57P03), too many connections.
 _TRANSIENT_STATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
@@ -216,6 +219,10 @@ class PostgresRunStore:
             check=AsyncConnectionPool.check_connection,
             # Waiting for a connection is bounded by the retry time, not the pool's 30 s.
             timeout=max(retry.seconds, 1.0),
+            # The pool reconnects with a doubling delay; giving up after a few seconds lets
+            # the next caller start again from a 1 s delay, so after an outage of any length
+            # the store is back within about 2 s of the database.
+            reconnect_timeout=RECONNECT_SECONDS,
         )
         try:
             await pool.open(wait=True, timeout=10)
