@@ -105,10 +105,10 @@ def test_hango_plugins_lists_the_four_in_slot_order() -> None:
     )
     rows = json.loads(done.stdout)
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
-        ("repair_tool_calls", "hango-repair", 4),
-        ("todo", "hango-todo", 5),
-        ("repeat_call", "hango-repeat", 6),
-        ("tool_allowlist", "hango-allowlist", 10),
+        ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
+        ("todo", "hango-todo", "todo"),
+        ("repeat_call", "hango-repeat", "repeat_call"),
+        ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
     assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]
 

@@ -33,6 +33,7 @@ from hango import (
     tool,
 )
 from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.stack import AGENT_SLOT
 from hango.plugins import make_plugin_manager
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.provider.scripted import ScriptedModel
@@ -242,9 +243,22 @@ def test_contributor_block_indexes_grow_with_chain_position(
             assert ends[s.name] == previous
 
 
+PINNED = [n for n in STACK_ORDER if n != AGENT_SLOT]
+OWN_NAMES = ["audit_log", "shout", "trace_calls"]
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(STACK_ORDER), unique=True), st.randoms(use_true_random=False))
-def test_shuffled_registration_gives_the_same_chain(names: list[str], rnd: Any) -> None:
+@given(
+    st.lists(st.sampled_from(PINNED), unique=True),
+    st.permutations(OWN_NAMES).flatmap(lambda p: st.integers(0, 3).map(lambda k: p[:k])),
+    st.randoms(use_true_random=False),
+)
+def test_shuffled_registration_gives_the_same_chain(
+    names: list[str], listed: list[str], rnd: Any
+) -> None:
+    """Pinned slots by STACK_ORDER, the agent's own middlewares in the agent slot in the
+    agent's order, whatever the order plugins register in; unlisted own names stay out."""
+
     def plugin(name: str) -> object:
         class P:
             @hango.hookimpl
@@ -257,12 +271,19 @@ def test_shuffled_registration_gives_the_same_chain(names: list[str], rnd: Any) 
         pm = make_plugin_manager(load_entrypoints=False)
         for name in order:
             pm.register(plugin(name), name=f"plugin-{name}")
-        return [m.name for m in default_stack(StackConfig(), pm)]
+        config = StackConfig(agent_middleware=tuple(listed))
+        return [m.name for m in default_stack(config, pm)]
 
-    shuffled = list(names)
+    registered = [*names, *OWN_NAMES]
+    shuffled = list(registered)
     rnd.shuffle(shuffled)
-    expected = [n for n in STACK_ORDER if n in names]
-    assert build(names) == build(shuffled) == expected
+    agent_at = STACK_ORDER.index(AGENT_SLOT)
+    expected = [
+        *(n for n in STACK_ORDER[:agent_at] if n in names),
+        *listed,
+        *(n for n in STACK_ORDER[agent_at + 1 :] if n in names),
+    ]
+    assert build(registered) == build(shuffled) == expected
 
 
 SCALARS = (

@@ -1,59 +1,18 @@
 """The plugin manager and the pinned stack, with plugins installed through real entry points
-(temporary distributions on sys.path, found by importlib.metadata)."""
+(temporary distributions on sys.path, found by importlib.metadata: the ``install`` fixture)."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-import textwrap
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import hango
+from conftest import Install
 from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
 from hango.agent.stack import discover
 from hango.cli import main
-
-MODULE = """
-import hango
-
-class Mw:
-    name = {name!r}
-    {methods}
-
-@hango.hookimpl
-def hango_middleware(config):
-    return Mw()
-"""
-
-Install = Callable[..., None]
-
-
-@pytest.fixture
-def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Install:
-    """Install a one-module distribution declaring a ``hango`` entry point."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    created: list[str] = []
-
-    def make(dist: str, plugin: str, middleware: str, body: str | None = None) -> None:
-        module = f"hangotest_{dist.replace('-', '_')}"
-        methods = "def system_blocks(self, state):\n        return []"
-        source = body if body is not None else MODULE.format(name=middleware, methods=methods)
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        info = tmp_path / f"{dist.replace('-', '_')}-1.2.3.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
-        (info / "entry_points.txt").write_text(f"[hango]\n{plugin} = {module}\n")
-        created.append(module)
-        importlib.invalidate_caches()
-
-    yield make  # type: ignore[misc]
-    for module in created:
-        sys.modules.pop(module, None)
 
 
 def test_plugin_installed_through_its_entry_point(install: Install) -> None:
@@ -98,7 +57,7 @@ def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
         make_plugin_manager(env={})
 
 
-def test_unplaced_names_are_listed_not_placed(install: Install) -> None:
+def test_names_of_a_plugins_own_are_available_to_agents_not_placed(install: Install) -> None:
     install("hango-custom", "custom", "my_custom_thing")
     pm = make_plugin_manager(env={})
     assert "my_custom_thing" not in [m.name for m in default_stack(StackConfig(), pm)]
@@ -107,7 +66,7 @@ def test_unplaced_names_are_listed_not_placed(install: Install) -> None:
     result = CliRunner().invoke(main, ["plugins", "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in json.loads(result.output)}
-    assert rows["my_custom_thing"]["slot"] == "unplaced"
+    assert rows["my_custom_thing"]["slot"] == "available to agents"
     assert rows["my_custom_thing"]["distribution"] == "hango-custom"
 
 
@@ -119,15 +78,18 @@ def test_every_hook_is_documented() -> None:
     from hango import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("hango_")]
-    assert hooks == ["hango_middleware"]
+    assert hooks == ["hango_middleware", "hango_options_schema"]
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
-        assert ":param config:" in doc and "Return" in doc
+        assert doc.startswith("Return")
+    assert ":param config:" in (hookspecs.hango_middleware.__doc__ or "")
+    assert "Example::" in (hookspecs.hango_options_schema.__doc__ or "")
     assert hookspecs.__doc__ and "hookimpl" in hookspecs.__doc__
 
 
 def test_stack_order_is_pinned() -> None:
     assert hango.STACK_ORDER == (
         "skills", "filesystem", "subagent", "summarization", "repair_tool_calls", "todo",
-        "repeat_call", "prompt_cache", "memory", "human_in_the_loop", "tool_allowlist",
+        "repeat_call", "limits", "agent", "model_fallback", "prompt_cache", "memory",
+        "human_in_the_loop", "tool_retry", "tool_allowlist",
     )  # fmt: skip

@@ -31,7 +31,7 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
-from hango.agent.stack import STACK_ORDER, StackConfig, default_stack
+from hango.agent.stack import AGENT_SLOT, STACK_ORDER, StackConfig, default_stack, resolve_stack
 from hango.agent.state import (
     State,
     StateError,
@@ -67,6 +67,7 @@ from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, er
 __version__ = "0.1.0"
 
 __all__ = [
+    "AGENT_SLOT",
     "STACK_ORDER",
     "AgentDefinition",
     "AgentFileError",
@@ -127,6 +128,7 @@ __all__ = [
     "load_state",
     "make_plugin_manager",
     "open_store",
+    "resolve_stack",
     "run_loop",
     "store_private",
     "tool",

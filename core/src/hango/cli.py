@@ -6,13 +6,15 @@ User errors print one line on stderr and exit 2; a run that fails exits 1; a can
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +25,7 @@ from rich.table import Table
 
 from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, RunFinished, RunStatus
-from hango.agent.stack import StackConfig, discover
+from hango.agent.stack import STACK_ORDER, StackConfig, discover
 from hango.agent.state import StateError
 from hango.config import Config, ConfigError, hango_settings
 from hango.convert import message_to_json
@@ -33,6 +35,7 @@ from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist, clip_line, clip_text
 from hango.run import Harness
+from hango.run.runner import AllowlistWarning
 from hango.store import StoreError, open_store
 from hango.store.base import RunRecord
 
@@ -61,6 +64,16 @@ def _run_async(fn: Callable[[], Awaitable[T]]) -> T:
     except USER_ERRORS as exc:
         err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """hango's warnings (an allowlist naming a missing tool) as one ``warning:`` line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AllowlistWarning)
+        yield
+    for w in caught:
+        err_console.print(f"warning: {w.message}", style="yellow", markup=False, soft_wrap=True)
 
 
 def _exit(code: int) -> None:
@@ -197,8 +210,15 @@ def run(
         store = await open_store(_db_url(db))
         try:
             # One harness starts and executes the run: plugins are loaded once.
-            harness = Harness(store, tenant_id=Config.from_env().tenant_id, model=built)
-            record = await harness.start(agent, message, session_id=session_id)
+            harness = Harness(
+                store,
+                tenant_id=Config.from_env().tenant_id,
+                model=built,
+                model_spec=model,
+                base_url=base_url,
+            )
+            with _warnings_as_lines():
+                record = await harness.start(agent, message, session_id=session_id)
             return await _execute(harness, record, as_json=as_json)
         finally:
             await store.aclose()
@@ -207,8 +227,11 @@ def run(
 
 
 @main.command()
-@click.option("--model", help="Override the agent's model.")
-@click.option("--base-url", help="Base URL of an OpenAI-compatible server.")
+@click.option(
+    "--model",
+    help="Continue on this model instead of the one the run started with (recorded).",
+)
+@click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
 @click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
 @click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
 @db_option
@@ -246,9 +269,8 @@ def resume(
                     f"run {rid} is running, perhaps in another `hango run`; if that process "
                     "is gone (killed, machine lost), resume with --force"
                 )
-            agent_record = await store.get_agent(tenant, record.agent_id)
-            agent = AgentDefinition.from_json(agent_record.definition)
-            harness = Harness(store, tenant_id=tenant, model=agent.build_model(model, base_url))
+            # The run continues on the model it started with, unless --model changes it.
+            harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
             return await _execute(harness, record, as_json=as_json)
         finally:
             await store.aclose()
@@ -272,6 +294,11 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "version": r.version,
         "created_at": r.created_at.isoformat(),
         "updated_at": r.updated_at.isoformat(),
+        # What the run was started with (stack and model) and its usage so far.
+        "stack": r.config.get("stack"),
+        "model": r.config.get("model"),
+        "base_url": r.config.get("base_url"),
+        "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
     }
 
 
@@ -343,6 +370,14 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
 
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
     console.print(f"session {record.session_id}", style="dim")
+    if record.config:
+        stack = " > ".join(e["name"] for e in record.config.get("stack", [])) or "(none)"
+        console.print(
+            f"model {record.config.get('model')}  stack {stack}",
+            style="dim",
+            markup=False,
+            soft_wrap=True,
+        )
     if record.error:
         console.print(f"error: {record.error}", markup=False, style="red")
     for m in messages:
@@ -383,7 +418,7 @@ def plugins(as_json: bool) -> None:
                 "name": p.name,
                 "distribution": p.distribution,
                 "version": p.version,
-                "slot": p.slot if p.slot is not None else "unplaced",
+                "slot": _slot_label(p.slot),
                 "capabilities": list(p.capabilities),
             }
             for p in placements
@@ -392,9 +427,15 @@ def plugins(as_json: bool) -> None:
         return
     table = Table("slot", "name", "distribution", "version", "capabilities")
     for p in placements:
-        slot = str(p.slot) if p.slot is not None else "unplaced"
-        table.add_row(slot, p.name, p.distribution, p.version, ", ".join(p.capabilities))
+        table.add_row(
+            _slot_label(p.slot), p.name, p.distribution, p.version, ", ".join(p.capabilities)
+        )
     console.print(table)
+
+
+def _slot_label(slot: int | None) -> str:
+    """A pinned slot by name; a middleware of a plugin's own name is for agents to list."""
+    return STACK_ORDER[slot] if slot is not None else "available to agents"
 
 
 # -- the database schema, the queue and its workers -------------------------------------------
@@ -503,7 +544,9 @@ def db_current(db: str | None, as_json: bool) -> None:
     for m in applied:
         console.print(m, markup=False)
     if pending:
-        console.print(f"pending: {', '.join(pending)} (run `hango db upgrade`)", markup=False)
+        console.print(
+            f"pending: {', '.join(pending)} (run `hango db upgrade`)", markup=False, soft_wrap=True
+        )
     else:
         console.print("up to date", markup=False)
 
@@ -525,9 +568,10 @@ def submit(
         store = await open_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            return await harness.start(
-                agent, message, session_id=session_id, status=RunStatus.QUEUED
-            )
+            with _warnings_as_lines():
+                return await harness.start(
+                    agent, message, session_id=session_id, status=RunStatus.QUEUED
+                )
         finally:
             await store.aclose()
 

@@ -23,8 +23,8 @@ never pluggy's call order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -42,11 +42,36 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def hango_middleware(config: StackConfig) -> Middleware | Sequence[Middleware] | None:
     """Return the middleware(s) this plugin provides for one run's stack, or None for none.
 
-    :param config: the run's ``StackConfig``: the agent's effective tool allowlist and the
-        ``HANGO_*`` settings. A plugin reads its own settings from ``config.settings`` and
-        raises ``hango.ConfigError`` naming the variable when one is invalid.
+    :param config: the run's ``StackConfig``: the agent's effective tool allowlist, the
+        ``HANGO_*`` settings (deployment-wide defaults), the agent's ``middleware`` list and its
+        ``[options.<name>]`` tables. A plugin reads its table with ``config.options(name)``
+        (already validated against the schema from ``hango_options_schema``), falls back to
+        ``config.settings``, and raises ``hango.ConfigError`` naming the variable when one is
+        invalid.
 
-    Each returned middleware's ``name`` is its slot in ``STACK_ORDER``; a name outside it is not
-    placed (``hango plugins`` lists it as unplaced). Two plugins returning the same name is an
-    error naming both distributions. Called once per run when the stack is built.
+    A returned middleware's ``name`` is either a pinned slot of ``STACK_ORDER``, which it fills
+    whenever the plugin is installed, or a name of the plugin's own, which runs in the
+    ``agent`` slot only for agents whose ``middleware`` list names it (``hango plugins`` lists
+    it as "available to agents"). Two plugins returning the same name is an error naming both
+    distributions; so is a hook that raises or returns something that is not a middleware.
+    Called once per run when the stack is built.
+    """
+
+
+@hookspec
+def hango_options_schema() -> Mapping[str, Mapping[str, Any]] | None:
+    """Return the JSON Schemas (draft 2020-12) of the agent-file tables this plugin reads,
+    keyed by middleware name, or None.
+
+    An agent file's ``[options.<name>]`` table is validated against ``<name>``'s schema before
+    a run is recorded; an error names the agent file, the table and the field. A table for a
+    middleware that declares no schema is refused. Example::
+
+        @hango.hookimpl
+        def hango_options_schema() -> dict[str, Any]:
+            return {"audit_log": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "minLength": 1}},
+                "additionalProperties": False,
+            }}
     """

@@ -24,10 +24,15 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT)
         self.distributions: dict[str, tuple[str, str]] = {}
+        self.entry_points: dict[str, str] = {}
 
     def distribution_of(self, plugin_name: str) -> tuple[str, str]:
         """``(distribution, version)`` of a plugin; ``("<registered>", "")`` if not from one."""
         return self.distributions.get(plugin_name, ("<registered>", ""))
+
+    def entry_point_of(self, plugin_name: str) -> str:
+        """``name = value`` of a plugin's entry point; ``registered in Python`` if not from one."""
+        return self.entry_points.get(plugin_name, "registered in Python")
 
 
 def make_plugin_manager(
@@ -61,6 +66,7 @@ def make_plugin_manager(
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             pm.distributions[ep.name] = (dist, version)
+            pm.entry_points[ep.name] = f"entry point {ep.name} = {ep.value}"
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:

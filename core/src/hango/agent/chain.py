@@ -151,7 +151,7 @@ class Chain:
         system, ends = self.system_layout(request.system, req.state)
         if len(system) != len(request.system):  # evolve costs microseconds: only if changed
             request = attrs.evolve(request, system=system)
-        return await self.model_handler(base)(ModelRequest(request, req.state, ends))
+        return await self.model_handler(base)(ModelRequest(request, req.state, ends, req.model))
 
     # -- tool calls ----------------------------------------------------------------------
 

@@ -11,6 +11,15 @@
     tool_allowlist = ["list_files"]     # optional; absent = every tool
     max_turns = 12                      # model calls per run
     max_tokens = 4096                   # per model call
+    middleware = ["audit_log"]          # the agent's own middlewares (slot ``agent``), in order
+
+    [options.repeat_call]               # one table per middleware: its settings, validated by
+    threshold = 4                       # the schema its plugin declares
+
+In Python an agent may hold objects instead of names: a ``Model`` as ``model``, ``Tool`` objects or
+plain typed functions in ``tools``, middleware objects in ``middleware``. Such an agent runs
+and resumes in the process that holds the objects; it cannot be queued for a worker elsewhere
+(``portable`` is False).
 """
 
 from __future__ import annotations
@@ -18,20 +27,25 @@ from __future__ import annotations
 import importlib
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import cattrs
+import attrs
 import jsonschema
-from attrs import frozen
+from attrs import field, frozen
 
 from hango.config import ConfigError
 from hango.provider.messages import TextBlock
 from hango.provider.model import Model
 from hango.provider.select import model_from_spec
 from hango.tool.base import Tool
+from hango.tool.function import tool as as_tool
 from hango.tool.registry import ToolRegistry
+
+#: Prefix of what ``to_json`` stores in place of a Python object (``in-process:ScriptedModel``):
+#: no module can be named so, and only the process holding the object can run the agent.
+IN_PROCESS_PREFIX = "in-process:"
 
 
 class AgentFileError(ConfigError):
@@ -55,6 +69,9 @@ AGENT_SCHEMA: dict[str, Any] = {
         "max_tokens": {"type": "integer", "minimum": 1},
         "base_url": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]},
         "base_dir": {"type": "string"},
+        "middleware": {**_STRINGS, "uniqueItems": True},
+        # Each table is validated against its plugin's schema when the stack is built.
+        "options": {"type": "object", "additionalProperties": {"type": "object"}},
     },
     "required": ["name", "model"],
     "additionalProperties": False,
@@ -62,19 +79,95 @@ AGENT_SCHEMA: dict[str, Any] = {
 _VALIDATOR = jsonschema.Draft202012Validator(AGENT_SCHEMA)
 
 
+def _tools(items: Sequence[str | Tool | Callable[..., Any]]) -> tuple[str | Tool, ...]:
+    # A plain function becomes a tool, as if decorated with @hango.tool.
+    return tuple(
+        item if isinstance(item, str | Tool) or not callable(item) else as_tool(item)
+        for item in items
+    )
+
+
+def _describe(obj: object) -> str:
+    """``in-process:`` and the object's name: a tool's, a middleware's, or a model's class."""
+    if isinstance(obj, Tool):
+        label = obj.spec.name
+    elif isinstance(obj, Model):
+        label = type(obj).__name__
+    else:
+        label = str(getattr(obj, "name", type(obj).__name__))
+    return IN_PROCESS_PREFIX + label
+
+
+def _optional_tuple(items: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if items is None else tuple(items)
+
+
 @frozen
 class AgentDefinition:
-    """A validated agent. ``base_dir`` is the absolute folder relative paths resolve against."""
+    """A validated agent. ``base_dir`` is the absolute folder relative paths resolve against.
+
+    ``model`` is a model spec (``scripted:PATH``, ``anthropic:NAME``, ``openai:NAME``) or a
+    ``Model`` object; ``tools`` holds ``module:attr`` references, ``Tool`` objects or typed
+    functions; ``middleware`` holds plugin-provided middleware names or middleware objects, in
+    chain order within the ``agent`` slot; ``options`` maps a middleware name to its settings.
+    """
 
     name: str
-    model: str
-    system: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()
-    tool_allowlist: tuple[str, ...] | None = None
+    model: str | Model
+    system: tuple[str, ...] = field(default=(), converter=tuple)
+    tools: tuple[str | Tool, ...] = field(default=(), converter=_tools)
+    tool_allowlist: tuple[str, ...] | None = field(default=None, converter=_optional_tuple)
     max_turns: int = 25
     max_tokens: int = 4096
     base_url: str | None = None
     base_dir: str = "."
+    middleware: tuple[Any, ...] = field(default=(), converter=tuple)
+    options: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    #: Where the agent came from, for error messages (``agent file PATH``); not stored.
+    source: str = field(default="", eq=False, kw_only=True)
+
+    @property
+    def label(self) -> str:
+        """How errors name the agent: its file when it came from one, else its name."""
+        return self.source or f"agent {self.name!r}"
+
+    @property
+    def middleware_names(self) -> tuple[str, ...]:
+        """The plugin-provided middlewares the agent lists (its ``agent`` slot, by name)."""
+        return tuple(
+            m for m in self.middleware if isinstance(m, str) and not m.startswith(IN_PROCESS_PREFIX)
+        )
+
+    @property
+    def middleware_objects(self) -> tuple[Any, ...]:
+        """The middleware objects the agent holds (given in Python)."""
+        return tuple(m for m in self.middleware if not isinstance(m, str))
+
+    @property
+    def portable(self) -> bool:
+        """Whether another process can rebuild this agent from its JSON alone: it holds no
+        Python objects (and was not stored from an agent that did)."""
+        return not self.in_process_parts()
+
+    def in_process_parts(self) -> list[str]:
+        """Descriptions of the parts only this process holds, e.g. ``["model ScriptedModel"]``."""
+        parts: list[str] = []
+        for kind, values in (
+            ("model", (self.model,)),
+            ("tool", self.tools),
+            ("middleware", self.middleware),
+        ):
+            for v in values:
+                if not isinstance(v, str):
+                    parts.append(f"{kind} {_describe(v).removeprefix(IN_PROCESS_PREFIX)}")
+                elif v.startswith(IN_PROCESS_PREFIX):
+                    parts.append(f"{kind} {v.removeprefix(IN_PROCESS_PREFIX)}")
+        return parts
+
+    @property
+    def model_spec(self) -> str:
+        """The model as a spec string (``in-process:CLASS`` for a Model object)."""
+        return self.model if isinstance(self.model, str) else _describe(self.model)
 
     @classmethod
     def from_file(cls, path: str | Path) -> AgentDefinition:
@@ -87,7 +180,8 @@ class AgentDefinition:
         if isinstance(doc.get("system"), str):
             doc["system"] = [doc["system"]]
         doc["base_dir"] = str(path.resolve().parent)
-        return cls.from_json(doc, source=f"agent file {path}")
+        agent = cls.from_json(doc, source=f"agent file {path}")
+        return attrs.evolve(agent, source=f"agent file {path}")
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, source: str = "agent") -> AgentDefinition:
@@ -95,19 +189,44 @@ class AgentDefinition:
         error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(doc))
         if error is not None:
             raise AgentFileError(f"{source}: {error.json_path}: {error.message}")
-        return _converter.structure(doc, cls)
+        return cls(**doc)
 
     def to_json(self) -> dict[str, Any]:
-        return _converter.unstructure(self)  # type: ignore[no-any-return]
+        """The JSON document stored with runs; a Python object is stored as its description
+        (``in-process:NAME``), so the document says what only this process can rebuild."""
+        return {
+            "name": self.name,
+            "model": self.model_spec,
+            "system": list(self.system),
+            "tools": [t if isinstance(t, str) else _describe(t) for t in self.tools],
+            "tool_allowlist": None if self.tool_allowlist is None else list(self.tool_allowlist),
+            "max_turns": self.max_turns,
+            "max_tokens": self.max_tokens,
+            "base_url": self.base_url,
+            "base_dir": self.base_dir,
+            "middleware": [m if isinstance(m, str) else _describe(m) for m in self.middleware],
+            "options": {k: dict(v) for k, v in self.options.items()},
+        }
 
     @property
     def system_blocks(self) -> tuple[TextBlock, ...]:
         return tuple(TextBlock(text) for text in self.system)
 
     def build_model(self, spec: str | None = None, base_url: str | None = None) -> Model:
-        """The agent's model, or the one named by ``spec`` (``--model``) instead."""
+        """The agent's model, or the one named by ``spec`` (``--model``) instead.
+
+        Raises ``ModelSpecError`` for a bad spec, ``AgentFileError`` for a Model object that
+        another process stored (``in-process:``)."""
+        if spec is None and not isinstance(self.model, str):
+            return self.model
+        chosen = spec or self.model_spec
+        if chosen.startswith(IN_PROCESS_PREFIX):
+            raise AgentFileError(
+                f"agent {self.name!r}: its model was a Python object ({chosen}); only the "
+                "process that holds it can run this agent (or choose a model spec)"
+            )
         return model_from_spec(
-            spec or self.model, base_dir=Path(self.base_dir), base_url=base_url or self.base_url
+            chosen, base_dir=Path(self.base_dir), base_url=base_url or self.base_url
         )
 
     def load_tools(self) -> ToolRegistry:
@@ -117,13 +236,29 @@ class AgentDefinition:
             sys.path.insert(0, self.base_dir)
         registry = ToolRegistry()
         for i, ref in enumerate(self.tools):
+            if not isinstance(ref, str):
+                registry.add(ref)
+                continue
             where = f"agent {self.name!r}: tools[{i}] = {ref!r}"
+            if ref.startswith(IN_PROCESS_PREFIX):
+                raise AgentFileError(
+                    f"{where}: the tool was a Python object; only the process that holds it "
+                    "can run this agent"
+                )
             module_name, sep, attr = ref.partition(":")
             if not sep:
                 raise AgentFileError(f"{where}: expected module:attr")
             try:
-                value = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError) as exc:
+                module = importlib.import_module(module_name)
+            except (Exception, SystemExit) as exc:
+                # Any import-time failure of the user's module (SyntaxError, a raise at top
+                # level) is that entry's fault: one line, no traceback.
+                raise AgentFileError(
+                    f"{where}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+                ) from None
+            try:
+                value = getattr(module, attr)
+            except AttributeError as exc:
                 raise AgentFileError(f"{where}: {exc}") from None
             items: Sequence[Any] = value if isinstance(value, list | tuple) else (value,)
             for item in items:
@@ -134,6 +269,3 @@ class AgentDefinition:
                 except ValueError as exc:
                     raise AgentFileError(f"{where}: {exc}") from None
         return registry
-
-
-_converter = cattrs.Converter(forbid_extra_keys=True)

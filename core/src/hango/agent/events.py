@@ -27,6 +27,8 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: Waiting for a human decision on a pending action (an interrupt); see docs/reference.md.
+    SUSPENDED = "suspended"
 
 
 @frozen
@@ -70,7 +72,8 @@ class TurnFinished:
 class RunFinished:
     """``status`` is completed, failed or cancelled (or queued: stopped at a turn boundary by
     ``run_loop``'s ``stop``, to be continued); ``error`` says why a run failed;
-    ``stop_reason`` is the last model call's; ``usage`` sums this run's model calls."""
+    ``stop_reason`` is the last model call's; ``usage`` sums this run's model calls, across
+    resumes (``State.usage``)."""
 
     run_id: uuid.UUID
     status: RunStatus

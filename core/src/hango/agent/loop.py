@@ -16,8 +16,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import attrs
 import jsonschema
-from attrs import evolve, frozen
+from attrs import frozen
 
 from hango import telemetry
 from hango.agent.chain import Chain
@@ -146,10 +147,17 @@ async def run_loop(
     provider_name = telemetry.provider_name(model)
 
     async def call_model(mreq: ModelRequest) -> ModelResponse:
-        req = mreq.request
-        with telemetry.chat_span(req, provider_name) as chat:
+        req, called, provider = mreq.request, mreq.model, provider_name
+        if called is None:
+            called = model
+        elif called is not model:
+            # A wrapper swapped the model for this call: the request and the chat span name
+            # the model actually called.
+            provider = telemetry.provider_name(called)
+            req = attrs.evolve(req, model=getattr(called, "name", req.model))
+        with telemetry.chat_span(req, provider) as chat:
             acc = Accumulator()
-            async for event in model.stream(req):
+            async for event in called.stream(req):
                 acc.add(event)
                 await emit(event)
             response = acc.response()
@@ -235,10 +243,11 @@ async def run_loop(
             max_tokens=settings.max_tokens,
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
-            response = await chain.model_call(ModelRequest(request, state), call_model)
-            response = evolve(response, message=storable_message(response.message))
+            response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
+            response = attrs.evolve(response, message=storable_message(response.message))
             turns += 1
             usage += response.usage
+            state.usage += response.usage
             stop_reason = response.stop_reason
             state.messages.append(response.message)
             await emit(MessageCompleted(response.message, response.stop_reason, response.usage))

@@ -28,7 +28,7 @@ from attrs import field, frozen
 
 from hango.agent.state import State
 from hango.provider.messages import Request, TextBlock, ToolUseBlock
-from hango.provider.model import ModelResponse
+from hango.provider.model import Model, ModelResponse
 from hango.tool.base import Tool, ToolResult
 
 
@@ -41,11 +41,18 @@ class ModelRequest:
     last block contributed at or before that middleware (-1 when there is none): a prompt-cache
     middleware places its breakpoint on that index, and anything a later contributor adds lands
     at a higher one.
+
+    ``model`` is the model the innermost handler will stream from: the run's model unless a
+    wrapper replaced it for this one call with ``attrs.evolve(req, model=other)`` (seed 002's
+    per-call model). Provider-specific request parts (``cache_control``) are decided from it,
+    per call. It is never persisted: the next call starts from the run's model again. None only
+    outside a run (a chain driven by hand), where the base handler decides.
     """
 
     request: Request
     state: State
     system_ends: Mapping[str, int] = field(factory=dict)
+    model: Model | None = None
 
 
 @frozen

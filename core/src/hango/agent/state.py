@@ -19,7 +19,7 @@ from attrs import define, field, frozen
 
 from hango import telemetry
 from hango.convert import CONVERTER
-from hango.provider.messages import JSON, Message
+from hango.provider.messages import JSON, Message, Usage
 
 T = TypeVar("T")
 
@@ -43,7 +43,9 @@ class State:
 
     ``messages`` is the working history (persisted in the messages table, not in state_json).
     ``todos`` is the one typed cross-middleware field. ``private`` maps a middleware name to
-    its JSON value. ``scratch`` is per-batch working data: the loop clears it after every tool
+    its JSON value. ``usage`` is the run's token usage so far: the loop adds each model call's
+    as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
+    across resumes. ``scratch`` is per-batch working data: the loop clears it after every tool
     batch and it is never persisted.
     """
 
@@ -54,6 +56,7 @@ class State:
     messages: list[Message] = field(factory=list)
     todos: list[Todo] = field(factory=list)
     private: dict[str, JSON] = field(factory=dict)
+    usage: Usage = field(factory=Usage)
     scratch: dict[str, Any] = field(factory=dict)
 
 
@@ -133,6 +136,7 @@ def dump_state(state: State) -> dict[str, JSON]:
         "tenant_id": str(state.tenant_id),
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
         "private": state.private,
+        "usage": CONVERTER.unstructure(state.usage),
     }
 
 
@@ -148,6 +152,7 @@ class _Document:
     tenant_id: uuid.UUID
     todos: list[Todo] = field(factory=list)
     private: dict[str, Any] = field(factory=dict)
+    usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
 
 
 def load_state(doc: JSON) -> State:
@@ -181,4 +186,5 @@ def load_state(doc: JSON) -> State:
         parsed.tenant_id,
         todos=list(parsed.todos),
         private=dict(parsed.private),
+        usage=parsed.usage,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import anyio
@@ -26,10 +27,18 @@ from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
-from hango.agent.stack import StackConfig, default_stack
+from hango.agent.stack import (
+    IN_PROCESS,
+    Placement,
+    StackConfig,
+    check_options,
+    discover,
+    in_process,
+    resolve_stack,
+)
 from hango.agent.state import State, StateError, dump_state, load_state
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
-from hango.config import DEFAULT_TENANT, hango_settings, int_setting
+from hango.config import DEFAULT_TENANT, ConfigError, hango_settings, int_setting
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.messages import Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
@@ -48,8 +57,14 @@ from hango.tool.registry import ToolRegistry
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
 
 
+class AllowlistWarning(UserWarning):
+    """An agent's ``tool_allowlist`` names a tool that nothing provides."""
+
+
 class RunNotResumable(StoreError):
-    """The run has already completed."""
+    """The run cannot be continued here, and nothing was written: it has completed, or it
+    needs what this process lacks (a plugin's distribution, an object given in Python). The
+    message says which."""
 
 
 async def _discard(_: Event) -> None:
@@ -59,12 +74,18 @@ async def _discard(_: Event) -> None:
 class Harness:
     """Starts and executes runs against one store.
 
-    ``stack`` builds the middleware list from a ``StackConfig`` (default: ``default_stack`` over
-    the installed plugins); ``model`` overrides every agent's model (tests, ``--model``);
-    ``tools`` replaces the tools named in agent files (tests, tools built at run time);
-    ``settings`` are the ``HANGO_*`` settings plugins read (default: the environment), and
+    ``middleware``: middleware objects for every agent's ``agent`` slot, after the agent's own
+    (the default stack stays). ``stack`` replaces the whole stack with a factory of middleware
+    lists (tests); ``plugins`` is the plugin manager (default: the installed plugins).
+    ``model`` overrides every agent's model with an object; ``model_spec`` / ``base_url``
+    override it with a spec (``--model``), recorded with the runs this harness starts.
+    ``tools`` replaces the tools named in agent files; ``settings`` are the ``HANGO_*``
+    settings plugins read as defaults (default: the environment), and
     ``HANGO_TOOL_RESULT_MAX_CHARS`` (characters of a tool result kept in history, default
     100,000; ``ConfigError`` if not a positive integer).
+
+    A run records what it started with (its stack, with each middleware's distribution and
+    version, and its model spec); ``execute`` rebuilds exactly that, whichever process runs it.
     """
 
     def __init__(
@@ -72,10 +93,12 @@ class Harness:
         store: RunStore,
         *,
         tenant_id: uuid.UUID = DEFAULT_TENANT,
+        middleware: Sequence[Middleware] = (),
         stack: StackFactory | None = None,
         plugins: PluginManager | None = None,
         model: Model | None = None,
         model_spec: str | None = None,
+        base_url: str | None = None,
         tools: ToolRegistry | None = None,
         settings: Mapping[str, str] | None = None,
     ) -> None:
@@ -84,14 +107,24 @@ class Harness:
         self.tenant_id = tenant_id
         self.model = model
         self.model_spec = model_spec
+        self.base_url = base_url
+        self.middleware = tuple(middleware)
         self.settings = dict(hango_settings() if settings is None else settings)
         self.max_result_chars = int_setting(
             self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
         )
-        if stack is None:
-            pm = plugins if plugins is not None else make_plugin_manager(env=self.settings)
-            stack = lambda config: default_stack(config, pm)  # noqa: E731
-        self.stack = stack
+        self._custom_stack = stack
+        self._plugins = plugins
+        # Agents holding Python objects, by the id of a run started here: only this process
+        # can continue those runs.
+        self._live: dict[uuid.UUID, AgentDefinition] = {}
+
+    @property
+    def plugins(self) -> PluginManager:
+        """The plugin manager (the installed plugins unless one was given); loaded once."""
+        if self._plugins is None:
+            self._plugins = make_plugin_manager(env=self.settings)
+        return self._plugins
 
     async def start(
         self,
@@ -102,25 +135,116 @@ class Harness:
         status: RunStatus = RunStatus.RUNNING,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
-        ``session_id`` continues one). ``status=QUEUED`` leaves it for a worker.
+        ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
+        for a worker.
 
-        Raises ``AgentFileError`` (a tool path does not import), ``ConfigError`` (a plugin
-        setting is invalid) or ``PluginError`` before recording anything.
+        Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
+        ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
+        setting is invalid, or a run to queue has an agent holding Python objects) or
+        ``PluginError``.
         """
         registry = self.tools if self.tools is not None else agent.load_tools()
-        _check_tools(agent, registry, Chain.build(self.stack(self.stack_config(agent))))
+        placements = self._resolve(agent)
+        _check_tools(agent, registry, self._chain(placements))
+        if status is RunStatus.QUEUED and not agent.portable:
+            # A worker rebuilds the agent from its stored JSON, which cannot hold the objects.
+            # (Middleware objects given to the Harness are fine: only workers whose Harness
+            # has middleware of those names claim the run.)
+            raise ConfigError(
+                f"agent {agent.name!r} holds Python objects "
+                f"({', '.join(agent.in_process_parts())}) that a worker cannot rebuild; name "
+                "them in the agent (model spec, tools as module:attr, middleware by plugin "
+                "name) to queue its runs, or give middleware objects to the Harness"
+            )
         record = await self.store.put_agent(self.tenant_id, agent.name, agent.to_json())
-        return await self.store.create_run(
-            self.tenant_id, record.id, Message.user(message), session_id=session_id, status=status
+        run = await self.store.create_run(
+            self.tenant_id,
+            record.id,
+            Message.user(message),
+            session_id=session_id,
+            status=status,
+            config={
+                "stack": [p.record() for p in placements],
+                "model": self.model_spec or agent.model_spec,
+                "base_url": self.base_url or agent.base_url,
+            },
         )
+        if not agent.portable:
+            self._live[run.id] = agent
+        return run
 
     def stack_config(self, agent: AgentDefinition) -> StackConfig:
-        """What plugins build a run's middlewares from."""
+        """What plugins build a run's middlewares from; the agent's ``[options.*]`` tables are
+        validated here (``ConfigError`` naming the table and field)."""
+        source = agent.label
+        check_options(agent.options, self.plugins, source=source)
         allowlist = agent.tool_allowlist
         return StackConfig(
             tool_allowlist=None if allowlist is None else frozenset(allowlist),
             settings=self.settings,
+            agent_middleware=agent.middleware_names,
+            middleware_options=agent.options,
+            source=source,
         )
+
+    def installed_middleware(self) -> frozenset[str]:
+        """The middleware names this harness can build: what the installed plugins provide,
+        and the objects it was given. A worker claims only runs whose stack is within it."""
+        if self._custom_stack is not None:
+            config = StackConfig(settings=self.settings)
+            return frozenset(m.name for m in self._custom_stack(config))
+        provided = discover(StackConfig(settings=self.settings), self.plugins)
+        return frozenset({p.name for p in provided} | {m.name for m in self.middleware})
+
+    def _resolve(self, agent: AgentDefinition) -> list[Placement]:
+        """The stack for a new run of ``agent``, in chain order."""
+        config = self.stack_config(agent)
+        if self._custom_stack is not None:
+            return [in_process(m) for m in self._custom_stack(config)]
+        objects = (*agent.middleware_objects, *self.middleware)
+        return resolve_stack(config, self.plugins, objects=objects)
+
+    def _rebuild(self, run: RunRecord, agent: AgentDefinition) -> list[Placement]:
+        """Exactly the stack ``run`` recorded (a run recorded before stacks were: the current
+        one). Raises ``RunNotResumable`` naming what is missing here."""
+        recorded = run.config.get("stack")
+        if recorded is None:
+            return self._resolve(agent)
+        # Before the agent's options are checked: a missing plugin is the news, not the table
+        # it would have read.
+        here = self.installed_middleware() | {m.name for m in agent.middleware_objects}
+        for entry in recorded:
+            if entry["name"] not in here:
+                raise RunNotResumable(_missing(run.id, entry))
+        config = self.stack_config(agent)
+        if self._custom_stack is not None:
+            available = {m.name: in_process(m) for m in self._custom_stack(config)}
+        else:
+            available = {p.name: p for p in discover(config, self.plugins)}
+            for mw in (*agent.middleware_objects, *self.middleware):
+                available[mw.name] = in_process(mw)
+        stack: list[Placement] = []
+        for entry in recorded:
+            placement = available.get(entry["name"])
+            if placement is None:
+                raise RunNotResumable(_missing(run.id, entry))
+            stack.append(placement)
+        return stack
+
+    def _chain(self, placements: Sequence[Placement]) -> Chain:
+        return Chain.build([p.middleware for p in placements])
+
+    def _model(self, run: RunRecord, agent: AgentDefinition) -> Model:
+        """The model to continue ``run`` with: this harness's override, else the model the run
+        was started with (recorded), else the agent's."""
+        if self.model is not None:
+            return self.model
+        if self.model_spec is not None:
+            return agent.build_model(self.model_spec, self.base_url)
+        recorded = run.config.get("model")
+        if recorded is None or not isinstance(agent.model, str):
+            return agent.build_model()
+        return agent.build_model(recorded, run.config.get("base_url"))
 
     async def run(
         self,
@@ -155,11 +279,18 @@ class Harness:
         *,
         emit: Callable[[Event], Awaitable[None]] = _discard,
         stop: anyio.Event | None = None,
+        agent: AgentDefinition | None = None,
         lease: Lease | None = None,
     ) -> RunFinished:
         """Run (or resume) ``run_id`` to its end and return how it finished.
 
-        Raises ``NotFound`` and ``RunNotResumable``. A model error, a malformed stored state, a
+        The stack and model are the ones the run recorded when it started (``model`` /
+        ``model_spec`` of this harness override the model). ``agent`` is the agent object the
+        run was started with, for a run whose agent holds Python objects and was started by
+        another ``Harness`` of this process.
+
+        Raises ``NotFound`` and ``RunNotResumable`` (completed, or a distribution or object it
+        needs is missing here), writing nothing. A model error, a malformed stored state, a
         middleware error or content the store cannot hold ends the run as failed (saved, with
         the error; unstorable content is not saved, the last saved state and history are kept).
         Cancellation saves the run as cancelled, then propagates; a save in progress is never
@@ -179,7 +310,21 @@ class Harness:
         # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
         resumed = run.state != {}
         agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
-        agent = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
+        stored = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
+        agent = agent or self._live.get(run_id)
+        if agent is None:
+            if not stored.portable:
+                raise RunNotResumable(
+                    f"run {run_id} was started with Python objects "
+                    f"({', '.join(stored.in_process_parts())}); only the process holding them "
+                    "can continue it (Harness.execute(run_id, agent=...))"
+                )
+            agent = stored
+        elif agent.name != stored.name:
+            raise RunNotResumable(
+                f"run {run_id} belongs to agent {stored.name!r}, not {agent.name!r}"
+            )
+        placements = self._rebuild(run, agent)
         saver = _Saver(self.store, run, lease)
         try:
             state = _initial_state(run)
@@ -195,7 +340,6 @@ class Harness:
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
 
-        config = self.stack_config(agent)
         with telemetry.tracer.start_as_current_span(
             f"invoke_agent {agent.name}",
             kind=SpanKind.INTERNAL,
@@ -208,9 +352,9 @@ class Harness:
             },
         ) as span:
             try:
-                chain = Chain.build(self.stack(config))
+                chain = self._chain(placements)
                 span.add_event(telemetry.MIDDLEWARE_STACK, {"hango.middleware.names": chain.names})
-                model = self.model or agent.build_model(self.model_spec)
+                model = self._model(run, agent)
                 registry = self.tools if self.tools is not None else agent.load_tools()
                 view = registry.view(agent.tool_allowlist)
                 await checkpoint(state)
@@ -224,7 +368,7 @@ class Harness:
                     view=view,
                     settings=LoopSettings(
                         # The provider's model name (spans, requests), not the agent's spec.
-                        getattr(model, "name", agent.model),
+                        getattr(model, "name", agent.model_spec),
                         agent.system_blocks,
                         agent.max_turns,
                         agent.max_tokens,
@@ -256,7 +400,7 @@ class Harness:
             else:
                 outcome = await saver.finish(state, outcome)
             finished = RunFinished(
-                run_id, outcome.status, outcome.stop_reason, outcome.error, outcome.usage
+                run_id, outcome.status, outcome.stop_reason, outcome.error, state.usage
             )
             await emit(finished)
             return finished
@@ -331,8 +475,10 @@ class _Saver:
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
-    """Tool names are unique across the agent and its plugins, and the allowlist names only
-    tools that exist; ``AgentFileError`` otherwise (before the run is recorded)."""
+    """Tool names are unique across the agent and its plugins (``AgentFileError`` otherwise,
+    before the run is recorded); an allowlisted name that no tool answers to is an
+    ``AllowlistWarning`` (a typo, or a plugin that is not installed: the agent still runs,
+    without that tool)."""
     probe = State(DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT)
     names = [t.spec.name for t in registry.view()]
     for t in chain.tools(probe):
@@ -344,10 +490,27 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
         names.append(t.spec.name)
     unknown = sorted(set(agent.tool_allowlist or ()) - set(names))
     if unknown:
-        raise AgentFileError(
-            f"agent {agent.name!r}: tool_allowlist names tools nothing provides: "
-            f"{', '.join(unknown)} (available: {', '.join(names) or 'none'})"
+        warnings.warn(
+            f"{agent.label}: tool_allowlist names tools nothing provides: "
+            f"{', '.join(unknown)} (available: {', '.join(names) or 'none'}); is the plugin "
+            "providing them installed?",
+            AllowlistWarning,
+            stacklevel=3,
         )
+
+
+def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
+    name, dist = entry["name"], entry.get("distribution", "")
+    if dist == IN_PROCESS:
+        return (
+            f"run {run_id} was started with middleware {name!r} given as a Python object; "
+            "only a process holding it (Harness(middleware=[...])) can continue the run"
+        )
+    return (
+        f"run {run_id} was started with middleware {name!r} from distribution {dist} "
+        f"{entry.get('version', '')}, which is not installed here; install it, or continue "
+        "the run where it is"
+    )
 
 
 def _initial_state(run: RunRecord) -> State:

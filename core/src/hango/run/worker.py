@@ -148,6 +148,9 @@ class Worker:
         self.db_wait = db_wait if db_wait is not None else db_wait_seconds(harness.settings)
         # Expired leases notify no one, so an idle worker also looks every so often.
         self.idle_seconds = min(lease_seconds / 2, 5.0)
+        # Runs whose recorded stack needs a middleware this worker cannot build are left in
+        # the queue for a worker that can (docs/postgres.md).
+        self._installed = harness.installed_middleware()
         self._stop = anyio.Event()
         self._claiming = anyio.CancelScope()
         self._runs: anyio.CancelScope | None = None
@@ -212,7 +215,10 @@ class Worker:
                     # works on. The waits between attempts are not: stop() ends them.
                     with anyio.CancelScope(shield=True):
                         lease = await self.store.claim_run(
-                            self.harness.tenant_id, self.name, lease_seconds=self.lease_seconds
+                            self.harness.tenant_id,
+                            self.name,
+                            lease_seconds=self.lease_seconds,
+                            installed=self._installed,
                         )
                     if attempt.retry_state.attempt_number > 1:
                         log.info("the database is reachable again")

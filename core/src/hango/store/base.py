@@ -10,10 +10,10 @@ import contextlib
 import datetime as dt
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
-from attrs import frozen
+from attrs import field, frozen
 
 from hango.agent.events import RunStatus
 from hango.agent.storable import replace_lone_surrogates
@@ -82,7 +82,9 @@ class AgentRecord:
 class RunRecord:
     """A run row. ``message_start`` is the session index of the run's user message;
     ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode);
-    ``version`` increments on every save."""
+    ``version`` increments on every save. ``config`` is what the run was started with
+    (``runs.config_json``): ``{"stack": [{"name", "distribution", "version"}, ...], "model":
+    SPEC, "base_url": URL | None}``, ``{}`` for a run recorded before migration 0004."""
 
     id: uuid.UUID
     tenant_id: uuid.UUID
@@ -99,6 +101,7 @@ class RunRecord:
     attempts: int = 0
     lease_owner: str | None = None
     lease_expires_at: dt.datetime | None = None
+    config: dict[str, Any] = field(factory=dict)
 
 
 @frozen
@@ -164,9 +167,11 @@ class RunStore(Protocol):
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        config: dict[str, Any] | None = None,
     ) -> RunRecord:
         """Create a run (and a new session unless ``session_id`` is given) and append its user
-        ``message`` to the session. Its state_json starts as ``{}`` (no state saved yet).
+        ``message`` to the session. Its state_json starts as ``{}`` (no state saved yet);
+        ``config`` (what it is started with, see ``RunRecord``) is stored as config_json.
 
         Raises ``NotFound`` for an unknown session and ``SessionBusy`` when the session has a
         queued or running run.
@@ -222,9 +227,17 @@ class RunStore(Protocol):
     # -- the queue ----------------------------------------------------------------------------
 
     async def claim_run(
-        self, tenant_id: uuid.UUID, owner: str, *, lease_seconds: float
+        self,
+        tenant_id: uuid.UUID,
+        owner: str,
+        *,
+        lease_seconds: float,
+        installed: Collection[str] | None = None,
     ) -> Lease | None:
         """Take the oldest claimable run of the tenant, or ``None`` when there is none.
+
+        ``installed``: the middleware names this worker can build; a run whose recorded stack
+        names one outside it is left for a worker that has it (None: no filter).
 
         Claimable: status ``queued`` without a live lease (one still held is a run being handed
         back, between its last save and its release), or ``running`` (or ``cancelled``: killed

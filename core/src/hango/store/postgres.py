@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -62,7 +62,7 @@ _Conn = psycopg.AsyncConnection[DictRow]
 
 _RUN_COLUMNS = (
     "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
-    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at"
+    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json"
 )
 
 # One statement: the version (and lease) check, the run row and the session's messages from
@@ -98,6 +98,10 @@ WITH next AS (
     WHERE tenant_id = %(tenant)s
         AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < now()))
             OR (status IN ('running', 'cancelled') AND lease_expires_at < now()))
+        -- Only runs whose recorded stack this worker can build (NULL: no filter).
+        AND (%(installed)s::text[] IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements(config_json -> 'stack') AS m
+            WHERE NOT (m ->> 'name' = ANY(%(installed)s::text[]))))
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -172,6 +176,7 @@ def _run(row: DictRow) -> RunRecord:
         message_start=row["message_start"],
         version=row["version"],
         state=row["state_json"],
+        config=row["config_json"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         attempts=row["attempts"],
@@ -293,11 +298,13 @@ class PostgresRunStore:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        config: dict[str, Any] | None = None,
     ) -> RunRecord:
         run_id = uuid.uuid4()
         new_session = session_id is None
         session = uuid.uuid4() if session_id is None else session_id
         content = storable_json(message_to_json(message)["content"], f"run {run_id}: its message")
+        config_text = storable_json(config or {}, f"run {run_id}: its configuration")
 
         async def attempt(n: int) -> DictRow | None:
             async with self._pool.connection() as conn, conn.transaction():
@@ -346,8 +353,9 @@ class PostgresRunStore:
                 )
                 cur = await conn.execute(
                     "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, "
-                    f"message_start) VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_RUN_COLUMNS}",
-                    (tenant_id, run_id, session, agent_id, status.value, start),
+                    "message_start, config_json) VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb) "
+                    f"RETURNING {_RUN_COLUMNS}",
+                    (tenant_id, run_id, session, agent_id, status.value, start, config_text),
                 )
                 return await cur.fetchone()
 
@@ -472,10 +480,21 @@ class PostgresRunStore:
     # -- the queue -------------------------------------------------------------------------
 
     async def claim_run(
-        self, tenant_id: uuid.UUID, owner: str, *, lease_seconds: float
+        self,
+        tenant_id: uuid.UUID,
+        owner: str,
+        *,
+        lease_seconds: float,
+        installed: Collection[str] | None = None,
     ) -> Lease | None:
         token = uuid.uuid4()
-        params = {"tenant": tenant_id, "owner": owner, "token": token, "seconds": lease_seconds}
+        params = {
+            "tenant": tenant_id,
+            "owner": owner,
+            "token": token,
+            "seconds": lease_seconds,
+            "installed": None if installed is None else sorted(installed),
+        }
 
         async def attempt(n: int) -> DictRow | None:
             async with self._pool.connection() as conn:

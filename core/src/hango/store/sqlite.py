@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 _RUN_COLUMNS = (
     "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
-    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at"
+    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json"
 )
 
 #: How often an idle worker on SQLite looks for work: SQLite has no notifications.
@@ -84,6 +84,7 @@ def _run(row: sqlite3.Row) -> RunRecord:
         attempts=row["attempts"],
         lease_owner=row["lease_owner"],
         lease_expires_at=_parse_time(row["lease_expires_at"]),
+        config=json.loads(row["config_json"]),
     )
 
 
@@ -190,11 +191,13 @@ class SqliteRunStore:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        config: dict[str, Any] | None = None,
     ) -> RunRecord:
         tenant = str(tenant_id)
         run_id = uuid.uuid4()
         now = utcnow().isoformat()
         content = storable_json(message_to_json(message)["content"], f"run {run_id}: its message")
+        config_text = storable_json(config or {}, f"run {run_id}: its configuration")
 
         def create(conn: sqlite3.Connection) -> RunRecord:
             nonlocal session_id
@@ -233,7 +236,7 @@ class SqliteRunStore:
             )
             conn.execute(
                 "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at, updated_at, config_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     tenant,
                     str(run_id),
@@ -243,6 +246,7 @@ class SqliteRunStore:
                     start,
                     now,
                     now,
+                    config_text,
                 ),
             )
             return self._get_run(conn, tenant_id, run_id)
@@ -381,9 +385,15 @@ class SqliteRunStore:
     # -- the queue -------------------------------------------------------------------------
 
     async def claim_run(
-        self, tenant_id: uuid.UUID, owner: str, *, lease_seconds: float
+        self,
+        tenant_id: uuid.UUID,
+        owner: str,
+        *,
+        lease_seconds: float,
+        installed: Collection[str] | None = None,
     ) -> Lease | None:
         token = uuid.uuid4()
+        names = None if installed is None else json.dumps(sorted(installed))
 
         def claim(conn: sqlite3.Connection) -> Lease | None:
             # BEGIN IMMEDIATE (in _tx) takes the write lock first: claims in every process on
@@ -398,6 +408,10 @@ class SqliteRunStore:
                 # A queued run still under a lease is being handed back: not yet.
                 "AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < ?)) "
                 "OR (status IN ('running', 'cancelled') AND lease_expires_at < ?)) "
+                # Only runs whose recorded stack this worker can build (NULL: no filter).
+                "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(config_json, '$.stack') "
+                "AS m WHERE json_extract(m.value, '$.name') NOT IN "
+                "(SELECT value FROM json_each(?)))) "
                 "ORDER BY created_at, rowid LIMIT 1) "
                 "RETURNING id, attempts",
                 (
@@ -408,6 +422,8 @@ class SqliteRunStore:
                     str(tenant_id),
                     _lease_time(now),
                     _lease_time(now),
+                    names,
+                    names,
                 ),
             ).fetchone()
             if row is None:

@@ -1,10 +1,13 @@
 """hango-repeat: repeat-call detection (slot ``repeat_call`` of ``STACK_ORDER``).
 
-Installed through the ``hango`` entry point ``repeat``. ``HANGO_REPEAT_CALL_THRESHOLD``
-(default 3, at least 2) is the occurrence of an identical call that is blocked.
+Installed through the ``hango`` entry point ``repeat``. The threshold (default 3, at least 2)
+is the occurrence of an identical call that is blocked: the agent file's
+``[options.repeat_call] threshold``, else ``HANGO_REPEAT_CALL_THRESHOLD``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import hango
 from hango.config import int_setting
@@ -25,15 +28,31 @@ __all__ = [
     "canonical_json",
     "fnv1a_64",
     "hango_middleware",
+    "hango_options_schema",
 ]
+
+#: The agent file's ``[options.repeat_call]`` table.
+OPTIONS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"threshold": {"type": "integer", "minimum": 2}},
+    "additionalProperties": False,
+}
+
+
+@hango.hookimpl
+def hango_options_schema() -> dict[str, Any]:
+    return {"repeat_call": OPTIONS_SCHEMA}
 
 
 @hango.hookimpl
 def hango_middleware(config: hango.StackConfig) -> RepeatCallMiddleware:
-    """The repeat-call middleware with the threshold from ``HANGO_REPEAT_CALL_THRESHOLD``.
+    """The repeat-call middleware with the agent's ``threshold`` option, else the one from
+    ``HANGO_REPEAT_CALL_THRESHOLD``.
 
     Raises ``hango.ConfigError`` naming the variable when it is not an integer >= 2, so
     building the stack (and so the run, or ``hango plugins``) fails at startup.
     """
-    threshold = int_setting(config.settings, THRESHOLD_VARIABLE, DEFAULT_THRESHOLD, minimum=2)
+    threshold = config.options("repeat_call").get("threshold")
+    if threshold is None:
+        threshold = int_setting(config.settings, THRESHOLD_VARIABLE, DEFAULT_THRESHOLD, minimum=2)
     return RepeatCallMiddleware(threshold)

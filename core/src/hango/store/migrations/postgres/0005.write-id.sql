@@ -1,5 +1,4 @@
--- depends: 0003.run-queue
--- (0004.run-record lands in parallel; the depends line then names it.)
+-- depends: 0004.run-record
 -- write_id: the id its writer gave the last save or release of a run. A writer whose
 -- connection died around COMMIT retries on a fresh connection; finding its own id there, it
 -- knows the write was applied instead of taking it for another writer's.
