@@ -16,16 +16,7 @@ from hango.cli import main
 from hango.provider.messages import Message
 from hango.store import SchemaError, migrate, open_store
 
-BASE = ["0001.base", "0002.run-state", "0003.run-queue", "0004.run-record"]
-# PostgreSQL's write_id recognises a write whose connection died around COMMIT; SQLite has no
-# connection to lose.
-HEADS = {"sqlite": BASE, "postgres": [*BASE, "0005.write-id"]}
-
-
-@pytest.fixture
-def head(backend: str) -> list[str]:
-    """The migration ids of the test's back end, oldest first."""
-    return HEADS[backend]
+HEAD = ["0001.base", "0002.run-state", "0003.run-queue", "0004.run-record", "0005.durability"]
 
 
 @pytest.fixture
@@ -50,20 +41,20 @@ def hango(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_db_commands_upgrade_report_and_downgrade(empty_url: str, head: list[str]) -> None:
+def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
     code, out = hango("db", "current", "--db", empty_url)
     assert code == 0
-    assert " ".join(out.split()) == f"pending: {', '.join(head)} (run `hango db upgrade`)"
+    assert " ".join(out.split()) == f"pending: {', '.join(HEAD)} (run `hango db upgrade`)"
     code, out = hango("db", "upgrade", "--db", empty_url, "--json")
-    assert (code, json.loads(out)) == (0, {"applied": head, "current": head[-1]})
-    assert hango("db", "upgrade", "--db", empty_url) == (0, f"already at {head[-1]}\n")
-    assert hango("db", "current", "--db", empty_url) == (0, "\n".join(head) + "\nup to date\n")
-    steps = len(head) - 1
+    assert (code, json.loads(out)) == (0, {"applied": HEAD, "current": HEAD[-1]})
+    assert hango("db", "upgrade", "--db", empty_url) == (0, f"already at {HEAD[-1]}\n")
+    assert hango("db", "current", "--db", empty_url) == (0, "\n".join(HEAD) + "\nup to date\n")
+    steps = len(HEAD) - 1
     code, out = hango("db", "downgrade", "--steps", str(steps), "--db", empty_url)
-    rolled_back = ", ".join(reversed(head[1:]))
+    rolled_back = ", ".join(reversed(HEAD[1:]))
     assert (code, " ".join(out.split())) == (0, f"rolled back {rolled_back}; now at 0001.base")
     code, out = hango("db", "current", "--db", empty_url, "--json")
-    assert json.loads(out) == {"applied": ["0001.base"], "pending": head[1:]}
+    assert json.loads(out) == {"applied": ["0001.base"], "pending": HEAD[1:]}
     code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
     assert code == 2 and "only 1 migrations are applied" in out
     code, out = hango("db", "downgrade", "--db", empty_url)
@@ -76,7 +67,7 @@ def test_db_commands_upgrade_report_and_downgrade(empty_url: str, head: list[str
 
 @pytest.mark.anyio
 async def test_downgrading_run_state_drops_state_json_and_upgrading_restores_it(
-    empty_url: str, columns: Callable[[], set[str]], head: list[str]
+    empty_url: str, columns: Callable[[], set[str]]
 ) -> None:
     migrate.upgrade(empty_url)
     tenant = uuid.uuid4()
@@ -87,12 +78,12 @@ async def test_downgrading_run_state_drops_state_json_and_upgrading_restores_it(
     queue_columns = {"lease_owner", "lease_token", "lease_expires_at", "attempts"}
     assert {"state_json"} | queue_columns <= columns()
 
-    steps = len(head) - 1
-    assert migrate.downgrade(empty_url, steps=steps) == list(reversed(head[1:]))
+    steps = len(HEAD) - 1
+    assert migrate.downgrade(empty_url, steps=steps) == list(reversed(HEAD[1:]))
     assert not ({"state_json", "config_json", "write_id"} | queue_columns) & columns()
     assert migrate.current(empty_url) == ["0001.base"]
 
-    assert migrate.upgrade(empty_url) == head[1:]
+    assert migrate.upgrade(empty_url) == HEAD[1:]
     assert {"state_json"} | queue_columns <= columns()
     async with await open_store(empty_url) as store:
         back = await store.get_run(tenant, run.id)
@@ -125,16 +116,14 @@ async def test_a_database_newer_than_the_code_is_refused(
 @pytest.mark.anyio
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(
-    empty_url: str, head: list[str]
-) -> None:
+async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_url: str) -> None:
     with pytest.raises(SchemaError, match=r"missing 0001.base, .*run `hango db upgrade`"):
         await open_store(empty_url)
     migrate.upgrade(empty_url)
     migrate.downgrade(empty_url)
-    with pytest.raises(SchemaError, match=rf"missing {head[-1]}"):
+    with pytest.raises(SchemaError, match=rf"missing {HEAD[-1]}"):
         await open_store(empty_url)
-    assert migrate.current(empty_url) == head[:-1]  # refusing changed nothing
+    assert migrate.current(empty_url) == HEAD[:-1]  # refusing changed nothing
     migrate.upgrade(empty_url)
     store = await open_store(empty_url)
     await store.aclose()
@@ -142,17 +131,17 @@ async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_sqlite_upgrades_itself_on_open(empty_url: str, head: list[str]) -> None:
+async def test_sqlite_upgrades_itself_on_open(empty_url: str) -> None:
     migrate.upgrade(empty_url)
     migrate.downgrade(empty_url, steps=3)
     store = await open_store(empty_url)
     await store.aclose()
-    assert migrate.current(empty_url) == head
+    assert migrate.current(empty_url) == HEAD
 
 
 @pytest.mark.anyio
 async def test_downgrading_the_run_record_keeps_runs_and_makes_suspended_ones_resumable(
-    empty_url: str, columns: Callable[[], set[str]], head: list[str]
+    empty_url: str, columns: Callable[[], set[str]]
 ) -> None:
     migrate.upgrade(empty_url)
     tenant = uuid.uuid4()
@@ -164,7 +153,7 @@ async def test_downgrading_the_run_record_keeps_runs_and_makes_suspended_ones_re
         await store.save_run(
             tenant, run.id, version=0, status=RunStatus.SUSPENDED, state={"version": 1}
         )
-    newer = head[head.index("0004.run-record") :]
+    newer = HEAD[HEAD.index("0004.run-record") :]
     assert migrate.downgrade(empty_url, steps=len(newer)) == newer[::-1]
     assert "config_json" not in columns()
     assert migrate.upgrade(empty_url) == newer
