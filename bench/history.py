@@ -12,8 +12,8 @@ sessions
     ``--runs`` runs, one after the other, in ONE session (each continues the last), through the
     ``Harness`` with an empty middleware stack: a model that calls one tool, then answers (4
     messages a run, so run k starts with 4(k-1)+1 messages of history). A run's cost is its
-    ``start`` + ``execute`` wall time. Reported: the mean of runs 6-15 (the 10th) and of the last
-    ten (the 500th), their ratio, and the same without the run's history load (its
+    ``start`` + ``execute`` wall time. Reported: the median of runs 6-15 (the 10th) and of the
+    last ten (the 500th), their ratio, and the same without the run's history load (its
     ``load_messages``, timed inside the run): the part that should not grow.
 
 history
@@ -283,8 +283,9 @@ def sessions(urls: dict[str, str], args: argparse.Namespace) -> None:
                 cost.setdefault((backend, k), []).append(costs[k - 1])
                 loaded.setdefault((backend, k), []).append(loads[k - 1])
 
-    def mean(table: dict[tuple[str, int], list[float]], backend: str, ks: list[int]) -> float:
-        return statistics.fmean(x for k in ks for x in table[backend, k])
+    def middle(table: dict[tuple[str, int], list[float]], backend: str, ks: list[int]) -> float:
+        # The median: a shared machine's stalls hit single runs.
+        return statistics.median(x for k in ks for x in table[backend, k])
 
     print(
         f"Per-run cost in one session of {runs} runs (4 messages a run, empty stack), "
@@ -296,8 +297,8 @@ def sessions(urls: dict[str, str], args: argparse.Namespace) -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for backend in urls:
-        a, b = mean(cost, backend, first), mean(cost, backend, last)
-        la, lb = mean(loaded, backend, first), mean(loaded, backend, last)
+        a, b = middle(cost, backend, first), middle(cost, backend, last)
+        la, lb = middle(loaded, backend, first), middle(loaded, backend, last)
         print(
             f"| {backend} | {a * 1e3:.2f} | {b * 1e3:.2f} | {b / a:.2f} | {la * 1e3:.2f} | "
             f"{lb * 1e3:.2f} | {(a - la) * 1e3:.2f} | {(b - lb) * 1e3:.2f} | "

@@ -92,6 +92,20 @@ async def with_retries(
             wait,
         )
 
+    try:
+        return await call(1)  # most calls: no retry machinery at all (it costs tens of µs)
+    except Exception as exc:
+        if not transient(exc):
+            raise
+        first_failure = exc
+
+    async def again(attempt: int) -> T:
+        # Tenacity's first attempt is the one that just failed: it logs it and waits as for
+        # any other, and the time limit runs from here.
+        if attempt == 1:
+            raise first_failure
+        return await call(attempt)
+
     retrying = AsyncRetrying(
         sleep=anyio.sleep,
         stop=stop_after_delay(policy.seconds),
@@ -105,7 +119,7 @@ async def with_retries(
     try:
         async for attempt in retrying:
             with attempt:
-                return await call(attempt.retry_state.attempt_number)
+                return await again(attempt.retry_state.attempt_number)
     except Exception as exc:
         if transient(exc):
             raise StoreUnavailable(
