@@ -183,7 +183,9 @@ async def _base_tool(req: ToolCallRequest) -> ToolResult:
 
 def micro_cases() -> dict[Key, Case]:
     state = new_state()
-    mreq = ModelRequest(Request(model="bench", messages=(Message.user("hi"),)), state)
+    # With the per-call model set, as the loop sends every request.
+    model = ScriptedModel.from_turns([{"text": "hi"}])
+    mreq = ModelRequest(Request(model="bench", messages=(Message.user("hi"),)), state, model=model)
     treq = ToolCallRequest(ToolUseBlock("call_0", "echo", {"text": "hi"}), None, state)
     cases: dict[Key, Case] = {}
     for n in DEPTHS:

@@ -118,6 +118,8 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
         "todo",
         "repeat_call",
         *listed,
+        "model_fallback",
+        "prompt_cache",
         "memory",
         "tool_allowlist",
     ]
@@ -317,9 +319,11 @@ async def test_harness_middleware_objects_join_the_default_stack(
     record = await store.get_run(harness.tenant_id, finished.run_id)
     names = [(e["name"], e["distribution"]) for e in record.config["stack"]]
     # After the agent's own, still inside the agent slot: before memory and the allowlist.
-    assert names[-4:] == [
+    assert names[-6:] == [
         ("shout", "hango-shout"),
         ("recorder", "<in-process>"),
+        ("model_fallback", "hango-fallback"),
+        ("prompt_cache", "hango-prompt-cache"),
         ("memory", "hango-recall"),
         ("tool_allowlist", "hango-allowlist"),
     ]

@@ -28,8 +28,15 @@ from hango.store.sqlite import SqliteRunStore
 pytestmark = pytest.mark.anyio
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
-#: The middleware-chain phase's stack, in STACK_ORDER.
-PHASE_STACK = ("repair_tool_calls", "todo", "repeat_call", "tool_allowlist")
+#: The installed plugins' stack, in STACK_ORDER.
+PHASE_STACK = (
+    "repair_tool_calls",
+    "todo",
+    "repeat_call",
+    "model_fallback",
+    "prompt_cache",
+    "tool_allowlist",
+)
 
 
 @pytest.fixture

@@ -300,7 +300,16 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
     assert printed("before_run repair_tool_calls  INTERNAL  ")
     assert printed("chat scripted:script.toml  CLIENT  ")
     assert printed("execute_tool search  INTERNAL  ")
-    stack = ",".join(("repair_tool_calls", "todo", "repeat_call", "tool_allowlist"))
+    stack = ",".join(
+        (
+            "repair_tool_calls",
+            "todo",
+            "repeat_call",
+            "model_fallback",
+            "prompt_cache",
+            "tool_allowlist",
+        )
+    )
     assert printed(f"    * agent.middleware_stack  hango.middleware.names={stack}")
     assert printed("    * middleware.repeat_call_blocked  hango.middleware.name=repeat_call")
     assert printed("    * agent.todos_updated  hango.todos.total=")

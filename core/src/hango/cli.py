@@ -132,6 +132,8 @@ def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
         "usage": {
             "input_tokens": finished.usage.input_tokens,
             "output_tokens": finished.usage.output_tokens,
+            # calls whose server reported no usage: the counts then miss their tokens
+            "unknown_calls": finished.usage.unknown_calls,
         },
     }
 

@@ -15,6 +15,7 @@ from hango.provider.messages import (
     Block,
     Message,
     RedactedThinkingBlock,
+    ServerBlock,
     StopReason,
     TextBlock,
     ThinkingBlock,
@@ -26,10 +27,12 @@ from hango.provider.messages import (
 def _unstructure_block(block: Block) -> dict[str, Any]:
     # Anthropic's wire shape (a "type" tag and the block's fields) keeps stored history readable.
     match block:
-        case TextBlock(text=text, cache_control=cc):
+        case TextBlock(text=text, cache_control=cc, citations=citations):
             out: dict[str, Any] = {"type": "text", "text": text}
             if cc is not None:
                 out["cache_control"] = dict(cc)
+            if citations:
+                out["citations"] = [dict(c) for c in citations]
             return out
         case ToolUseBlock(id=id_, name=name, input=input_):
             return {"type": "tool_use", "id": id_, "name": name, "input": input_}
@@ -42,6 +45,9 @@ def _unstructure_block(block: Block) -> dict[str, Any]:
             return {"type": "thinking", "thinking": thinking, "signature": signature}
         case RedactedThinkingBlock(data=data):
             return {"type": "redacted_thinking", "data": data}
+        case ServerBlock(block=raw):
+            # Verbatim: the API must get back exactly what it sent.
+            return dict(raw)
     raise TypeError(f"not a content block: {block!r}")
 
 
@@ -49,22 +55,36 @@ def _structure_block(doc: Any, _: Any) -> Block:
     if not isinstance(doc, dict):
         raise ValueError(f"a content block must be an object, got {type(doc).__name__}")
     kind = doc.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"a content block needs a string 'type', got {kind!r}")
     try:
-        if kind == "text":
-            return TextBlock(str(doc["text"]), doc.get("cache_control"))
-        if kind == "tool_use":
-            return ToolUseBlock(str(doc["id"]), str(doc["name"]), doc["input"])
-        if kind == "tool_result":
-            return ToolResultBlock(
-                str(doc["tool_use_id"]), str(doc["content"]), bool(doc.get("is_error", False))
-            )
-        if kind == "thinking":
-            return ThinkingBlock(str(doc["thinking"]), str(doc["signature"]))
-        if kind == "redacted_thinking":
-            return RedactedThinkingBlock(str(doc["data"]))
+        match kind:
+            case "text":
+                return TextBlock(
+                    str(doc["text"]), doc.get("cache_control"), _citations(doc.get("citations"))
+                )
+            case "tool_use":
+                return ToolUseBlock(str(doc["id"]), str(doc["name"]), doc["input"])
+            case "tool_result":
+                return ToolResultBlock(
+                    str(doc["tool_use_id"]), str(doc["content"]), bool(doc.get("is_error", False))
+                )
+            case "thinking":
+                return ThinkingBlock(str(doc["thinking"]), str(doc["signature"]))
+            case "redacted_thinking":
+                return RedactedThinkingBlock(str(doc["data"]))
+            case _:  # a type hango does not interpret: kept whole, as it came from the API
+                return ServerBlock(doc)
     except KeyError as exc:
         raise ValueError(f"{kind} block lacks field {exc}") from None
-    raise ValueError(f"unknown content block type {kind!r}")
+
+
+def _citations(value: Any) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise ValueError("a text block's citations must be a list of objects")
+    return tuple(value)
 
 
 def message_to_json(message: Message) -> dict[str, Any]:
@@ -74,7 +94,14 @@ def message_to_json(message: Message) -> dict[str, Any]:
 def configure_messages(conv: cattrs.Converter) -> None:
     """Blocks as tagged objects; messages as ``{"role", "content": [...]}``."""
     conv.register_unstructure_hook(Block, _unstructure_block)
-    for cls in (TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock):
+    for cls in (
+        TextBlock,
+        ToolUseBlock,
+        ToolResultBlock,
+        ThinkingBlock,
+        RedactedThinkingBlock,
+        ServerBlock,
+    ):
         conv.register_unstructure_hook(cls, _unstructure_block)
     conv.register_structure_hook(Block, _structure_block)
     conv.register_unstructure_hook(Message, message_to_json)

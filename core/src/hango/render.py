@@ -20,7 +20,8 @@ from hango.agent.events import (
     ToolCallStarted,
 )
 from hango.agent.state import Todo
-from hango.provider.events import TextDelta
+from hango.provider.events import ProviderRetry, TextDelta
+from hango.provider.messages import Usage
 
 # Tool lines stay one line at any terminal width.
 _ONE_LINE: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis", "crop": True}
@@ -57,6 +58,29 @@ def checklist(todos: Sequence[Todo]) -> Text:
     return out
 
 
+def retry_line(retry: ProviderRetry) -> str:
+    """One line: provider, what failed (HTTP status or no response), the retry and its wait, and
+    the error, e.g. ``openai: HTTP 503, retry 1 of 4 in 1 s: server_error (HTTP 503): busy``."""
+    status = "no response" if retry.status is None else f"HTTP {retry.status}"
+    detail = retry.error.removeprefix(f"{retry.provider}: ").removeprefix(f"{retry.provider} ")
+    return (
+        f"{retry.provider}: {status}, retry {retry.attempt} of {retry.max_retries} "
+        f"in {retry.wait_seconds:g} s: {clip_line(detail)}"
+    )
+
+
+def usage_text(usage: Usage) -> str:
+    """Token counts, saying when some calls' usage was not reported (then a lower bound)."""
+    if usage.known:
+        return f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+    if not (usage.input_tokens or usage.output_tokens):
+        return "usage not reported by the server"
+    return (
+        f"at least {usage.input_tokens} in / {usage.output_tokens} out tokens; "
+        f"{usage.unknown_calls} calls' usage not reported"
+    )
+
+
 class Renderer:
     """Prints events as they arrive; call ``event`` for each."""
 
@@ -78,6 +102,9 @@ class Renderer:
             case TextDelta(text=text):
                 c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
                 self._in_text = True
+            case ProviderRetry():
+                self._end_text()
+                c.print(Text(retry_line(event), style="dim"), **_ONE_LINE)
             case MessageCompleted():
                 self._end_text()
             case ToolCallStarted(call=call):
@@ -98,10 +125,4 @@ class Renderer:
                 self._end_text()
                 style = "green" if status is RunStatus.COMPLETED else "red"
                 tail = f": {error}" if error else ""
-                c.print(
-                    Text(
-                        f"{status.value}{tail} "
-                        f"({usage.input_tokens} in / {usage.output_tokens} out tokens)",
-                        style=style,
-                    )
-                )
+                c.print(Text(f"{status.value}{tail} ({usage_text(usage)})", style=style))

@@ -356,12 +356,17 @@ class ChatCall:
         return self._span_cm.__exit__(exc_type, exc, tb)
 
     def finished(self, response: ModelResponse) -> None:
-        """Set finish reason and token usage on the span and record ``gen_ai.client.token.usage``.
+        """Set finish reason and token usage on the span and record ``gen_ai.client.token.usage``
+        (no token counts at all when the server reported no usage).
 
         ``gen_ai.usage.input_tokens`` includes cached tokens, as the GenAI conventions require;
         hango's ``Usage.input_tokens`` (like Anthropic's) counts only uncached ones.
         """
         usage = response.usage
+        if not usage.known:  # the server reported none: record no counts rather than zeros
+            if self.span.is_recording():
+                self.span.set_attribute(FINISH_REASONS, (response.stop_reason.value,))
+            return
         input_tokens = (
             usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
         )

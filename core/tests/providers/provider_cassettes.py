@@ -1,7 +1,7 @@
 """Replay recorded API exchanges through the real SDK clients, with no network.
 
-The cassettes live in ``<repo>/../shared/cassettes`` (their README.md gives sources, licences and
-format). They are VCR.py YAML in two dialects: pydantic-ai's, with JSON bodies decoded under
+The cassettes live beside this module in ``cassettes/`` (their README.md gives sources, licences
+and format). They are VCR.py YAML in two dialects: pydantic-ai's, with JSON bodies decoded under
 ``parsed_body`` and streamed bodies kept as raw SSE text in ``response.body.string``; and plain
 vcrpy's, with the request body as a JSON string. ``load`` reads both.
 
@@ -16,14 +16,17 @@ request hango builds.
 
 Recorded requests are compared after ``anthropic_request`` / ``openai_request`` normalization,
 which only applies equivalences each API defines (a string ``system`` is one text block, a
-tool_result's string content is one text part, ``is_error`` defaults to false, tool-call
-``arguments`` are JSON text) and drops the request options hango does not express (each listed
+tool_result's string content is one text part, ``is_error`` defaults to false, a tool's
+``type: custom`` and a block's ``caller: {type: direct}`` are defaults, tool-call
+``arguments`` are JSON text, an assistant message without text may have null, absent or ``""``
+content) and drops the request options hango does not express (each listed
 with its reason). Content (blocks, their order, ids, signatures) is never normalized.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +34,6 @@ from typing import Any
 
 import attrs
 import httpx2
-import pytest
 import yaml
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -42,14 +44,16 @@ from hango.provider import (
     Message,
     RedactedThinkingBlock,
     Request,
+    ServerBlock,
     TextBlock,
     ThinkingBlock,
+    ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
 )
 
-CASSETTES = Path(__file__).parents[3].parent / "shared" / "cassettes"
+CASSETTES = Path(__file__).parent / "cassettes"
 
 JSONDict = dict[str, Any]
 
@@ -85,10 +89,7 @@ class Interaction:
 
 
 def load(name: str) -> list[Interaction]:
-    """The interactions of cassette ``name`` (e.g. ``"anthropic/x.yaml"``); skips the test when
-    the shared cassettes are not checked out beside the repository."""
-    if not CASSETTES.is_dir():
-        pytest.skip(f"recorded cassettes not found at {CASSETTES} (<repo>/../shared/cassettes)")
+    """The interactions of cassette ``name`` (e.g. ``"anthropic/x.yaml"``)."""
     doc = yaml.safe_load((CASSETTES / name).read_text(encoding="utf-8"))
     interactions = []
     for raw in doc["interactions"]:
@@ -125,7 +126,9 @@ def _sse(events: Sequence[tuple[str | None, object]]) -> bytes:
 def anthropic_sse(message: JSONDict) -> bytes:
     """The SSE stream the Messages API sends for ``message`` (a non-streaming response body):
     message_start, then start / delta / stop per content block, message_delta, message_stop
-    (https://platform.claude.com/docs/en/build-with-claude/streaming)."""
+    (https://platform.claude.com/docs/en/build-with-claude/streaming). A (server) tool call's
+    input comes as one ``input_json_delta``, a text's citations as ``citations_delta``\\s, and
+    any other block whole in its start event, as the streamed recordings show."""
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
     events: list[tuple[str | None, object]] = [
         ("message_start", {"type": "message_start", "message": start})
@@ -133,8 +136,13 @@ def anthropic_sse(message: JSONDict) -> bytes:
     for i, block in enumerate(message["content"]):
         kind = block["type"]
         deltas: list[JSONDict] = []
-        if kind == "text":
-            opening: JSONDict = {"type": "text", "text": ""}
+        if kind == "text" and block.get("citations"):
+            # a cited text opens with an empty citation list; each citation is a delta
+            opening: JSONDict = {"type": "text", "text": "", "citations": []}
+            deltas = [{"type": "citations_delta", "citation": c} for c in block["citations"]]
+            deltas.append({"type": "text_delta", "text": block["text"]})
+        elif kind == "text":
+            opening = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": block["text"]}]
         elif kind == "thinking":
             opening = {"type": "thinking", "thinking": "", "signature": ""}
@@ -142,11 +150,11 @@ def anthropic_sse(message: JSONDict) -> bytes:
                 {"type": "thinking_delta", "thinking": block["thinking"]},
                 {"type": "signature_delta", "signature": block["signature"]},
             ]
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "server_tool_use"):
             opening = {**block, "input": {}}
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
         else:
-            opening = block  # redacted_thinking arrives whole in its start event
+            opening = block  # redacted thinking and server tool results arrive whole
         events.append(
             (
                 "content_block_start",
@@ -159,6 +167,8 @@ def anthropic_sse(message: JSONDict) -> bytes:
         ]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    if "stop_details" in message:
+        delta["stop_details"] = message["stop_details"]
     events.append(
         ("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]})
     )
@@ -230,7 +240,8 @@ def _tool_result_text(content: str | list[JSONDict]) -> str:
 def anthropic_block(block: JSONDict) -> Block:
     match block["type"]:
         case "text":
-            return TextBlock(block["text"], block.get("cache_control"))
+            citations = tuple(block.get("citations") or ())
+            return TextBlock(block["text"], block.get("cache_control"), citations)
         case "tool_use":
             return ToolUseBlock(block["id"], block["name"], block["input"])
         case "tool_result":
@@ -240,7 +251,7 @@ def anthropic_block(block: JSONDict) -> Block:
             return ThinkingBlock(block["thinking"], block["signature"])
         case "redacted_thinking":
             return RedactedThinkingBlock(block["data"])
-    raise AssertionError(f"unexpected block type {block['type']!r}")
+    return ServerBlock(block)
 
 
 def anthropic_messages(wire: Sequence[JSONDict]) -> tuple[Message, ...]:
@@ -255,19 +266,50 @@ def anthropic_messages(wire: Sequence[JSONDict]) -> tuple[Message, ...]:
     )
 
 
+#: Keys of a recorded tool definition that a ``ToolSpec`` expresses; any other key of a custom
+#: tool is an amendment hango sends through ``Request.server_tools`` under the tool's name.
+_TOOL_SPEC_KEYS = {"name", "description", "input_schema", "strict", "type"}
+
+
+def anthropic_tools(wire: Sequence[JSONDict]) -> tuple[tuple[ToolSpec, ...], tuple[JSONDict, ...]]:
+    """Recorded tool definitions as hango's ``tools`` and ``server_tools``: a custom tool (one
+    with an ``input_schema``) is a ``ToolSpec`` plus its other keys as an amendment, anything
+    else (a server or Anthropic-defined tool) a ``server_tools`` entry as written."""
+    specs: list[ToolSpec] = []
+    server: list[JSONDict] = []
+    for tool in wire:
+        if "input_schema" not in tool:
+            server.append(tool)
+            continue
+        name = tool["name"]
+        specs.append(
+            ToolSpec(
+                name,
+                tool.get("description", ""),
+                tool["input_schema"],
+                strict=tool.get("strict", False),
+            )
+        )
+        amendment = {k: v for k, v in tool.items() if k not in _TOOL_SPEC_KEYS}
+        if amendment:
+            server.append({"name": name, **amendment})
+    return tuple(specs), tuple(server)
+
+
 def anthropic_first_request(body: JSONDict) -> Request:
     system = body.get("system", ())
+    tools, server_tools = anthropic_tools(body.get("tools", ()))
+    choice = body.get("tool_choice")
     return Request(
         model=body["model"],
         messages=anthropic_messages(body["messages"]),
         system=(TextBlock(system),)
         if isinstance(system, str)
         else tuple(TextBlock(b["text"], b.get("cache_control")) for b in system),
-        tools=tuple(
-            ToolSpec(t["name"], t.get("description", ""), t["input_schema"])
-            for t in body.get("tools", ())
-            if "input_schema" in t  # a server tool (type bash_20250124, ...) has no ToolSpec form
-        ),
+        tools=tools,
+        server_tools=server_tools,
+        tool_choice=None if choice is None else ToolChoice(choice["type"], choice.get("name")),
+        parallel_tool_calls=False if (choice or {}).get("disable_parallel_tool_use") else None,
         max_tokens=body["max_tokens"],
         temperature=body.get("temperature"),
         stop_sequences=tuple(body.get("stop_sequences", ())),
@@ -324,9 +366,11 @@ def openai_first_request(body: JSONDict) -> Request:
 #: Anthropic request options hango does not express, so recordings may differ there:
 _ANTHROPIC_IGNORED = {
     "stream",  # non-streaming recordings; hango always streams
-    "tool_choice",  # {"type": "auto"} in every recording, the API's default when tools are sent
     "cache_control",  # top-level automatic caching; hango places breakpoints on blocks
 }
+
+
+_DIRECT = {"type": "direct"}
 
 
 def _anthropic_content(content: str | list[JSONDict]) -> list[JSONDict]:
@@ -334,6 +378,10 @@ def _anthropic_content(content: str | list[JSONDict]) -> list[JSONDict]:
         return [{"type": "text", "text": content}]
     blocks = []
     for block in content:
+        if block.get("caller") == _DIRECT:
+            # the default caller (the model itself): hango sends a server block back with the
+            # field, as the API sent it; pydantic-ai's recorded requests leave it out
+            block = {k: v for k, v in block.items() if k != "caller"}
         if block["type"] == "tool_result":
             block = {
                 **block,
@@ -352,9 +400,10 @@ def anthropic_request(body: JSONDict) -> JSONDict:
     out["messages"] = [
         {"role": m["role"], "content": _anthropic_content(m["content"])} for m in out["messages"]
     ]
-    tools = [t for t in out.pop("tools", ()) if "input_schema" in t]
-    if tools:
-        out["tools"] = tools
+    if "tools" in out:  # a custom tool's "type" is optional: "custom" is the default
+        out["tools"] = [
+            {k: v for k, v in t.items() if (k, v) != ("type", "custom")} for t in out["tools"]
+        ]
     return out
 
 
@@ -372,7 +421,8 @@ _OPENAI_IGNORED = {
 def _openai_message(message: JSONDict) -> JSONDict:
     out = dict(message)
     if out["role"] == "assistant":
-        out.setdefault("content", None)  # absent and null are the same "no text"
+        # absent, null and "" are the same "no text" (hango sends "": some servers reject null)
+        out["content"] = out.get("content") or ""
         if "tool_calls" in out:
             out["tool_calls"] = [
                 {
@@ -398,6 +448,28 @@ def openai_request(body: JSONDict) -> JSONDict:
             for t in out["tools"]
         ]
     return out
+
+
+# --- pydantic-ai's string normalization -------------------------------------------------------
+
+_SMART = str.maketrans(
+    {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "--"}
+    | {"\u2026": "..."}
+)
+
+
+def as_recorded(value: Any) -> Any:
+    """``value`` with every string normalized the way pydantic-ai's cassette writer stores
+    ``parsed_body`` strings (smart quotes, dashes and the ellipsis to ASCII, then NFKC), so that a
+    request hango builds from a raw streamed body compares with the request pydantic-ai recorded
+    (see the cassettes' README)."""
+    if isinstance(value, str):
+        return unicodedata.normalize("NFKC", value.translate(_SMART))
+    if isinstance(value, dict):
+        return {k: as_recorded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_recorded(v) for v in value]
+    return value
 
 
 # --- telemetry ------------------------------------------------------------------------------

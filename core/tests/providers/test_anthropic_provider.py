@@ -1,9 +1,11 @@
-"""AnthropicModel against real recorded Messages API exchanges, and synthetic cases for what no
-recording has (malformed tool arguments, 529 then success, max_tokens, cancellation)."""
+"""AnthropicModel against real recorded Messages API exchanges (server tools included), and
+synthetic cases for what no recording has (malformed tool arguments, 529 then success,
+max_tokens, cancellation, request options)."""
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
@@ -18,11 +20,14 @@ from hango.provider import (
     Block,
     Message,
     ModelError,
+    ProviderRetry,
     RedactedThinkingBlock,
     Request,
+    ServerBlock,
     StopReason,
     TextBlock,
     ThinkingBlock,
+    ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -30,7 +35,14 @@ from hango.provider import (
     accumulate,
 )
 from hango.provider.anthropic import AnthropicModel
-from hango.provider.events import MessageStop, ToolInputDelta, ToolUseStart, ToolUseStop
+from hango.provider.events import (
+    MessageStop,
+    ServerBlockStart,
+    TextDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
 
 from .provider_cassettes import (
     Replay,
@@ -39,6 +51,7 @@ from .provider_cassettes import (
     anthropic_messages,
     anthropic_request,
     anthropic_sse,
+    as_recorded,
     load,
     recorded_span,
     served,
@@ -112,6 +125,7 @@ CONVERSATIONS = {
         ),
     ],
     "test_refusal_raises.yaml": [Turn(StopReason.REFUSAL, Usage(97, 0), ())],
+    "test_anthropic_native_tool_search.yaml": [Turn(StopReason.TOOL_USE, Usage(1867, 242))],
     "test_anthropic_cache_real_api.yaml": [
         Turn(StopReason.END_TURN, Usage(3, 406, cache_read_input_tokens=1111)),
         Turn(
@@ -193,6 +207,81 @@ async def test_stream_events_of_a_recorded_tool_call() -> None:
     ]
 
 
+async def test_a_recorded_refusal_keeps_its_stop_details() -> None:
+    (interaction,) = load("anthropic/test_refusal_raises.yaml")
+    async with model_on(Replay([served(interaction, "anthropic")])) as model:
+        response = await accumulate(model.stream(anthropic_first_request(interaction.request)))
+    assert response.stop_reason is StopReason.REFUSAL
+    assert response.stop_details is not None
+    assert (response.stop_details["type"], response.stop_details["category"]) == (
+        "refusal",
+        "reasoning_extraction",
+    )
+    assert "Terms of Service" in response.stop_details["explanation"]
+
+
+WEB_SEARCH = "anthropic/test_pause_turn_web_search_streaming_vcr.yaml"
+
+
+async def test_recorded_web_search_pauses_and_continues_with_its_server_blocks_verbatim() -> None:
+    """A streamed web search: 11 server tool calls and 10 results, then ``pause_turn`` in the
+    middle of the 11th. No block is a client tool call, and the continuation request sends the
+    whole turn back, byte for byte what the recorded client sent (up to its cassette writer's
+    string normalization). The reply starts with the 11th result and cites its sources."""
+    first, second = load(WEB_SEARCH)
+    replay = Replay([served(first, "anthropic"), served(second, "anthropic")])
+    request = anthropic_first_request(first.request)
+    async with model_on(replay, request.model, thinking=first.request["thinking"]) as model:
+        paused = await accumulate(model.stream(request))
+        assert paused.stop_reason is StopReason.PAUSE_TURN
+        assert paused.message.tool_uses == ()
+        server = [b for b in paused.message.content if isinstance(b, ServerBlock)]
+        assert [b.type for b in server] == ["server_tool_use", "web_search_tool_result"] * 10 + [
+            "server_tool_use"
+        ]
+        assert server[0].block["input"] == {"query": "San Francisco weather today"}
+        assert paused.usage == Usage(404500, 943)
+
+        done = await accumulate(model.stream(with_messages(request, paused.message)))
+
+    assert anthropic_request(replay.bodies[0]) == anthropic_request(first.request)
+    assert anthropic_request(as_recorded(replay.bodies[1])) == anthropic_request(second.request)
+    assert done.stop_reason is StopReason.END_TURN
+    opening = done.message.content[0]
+    assert isinstance(opening, ServerBlock) and opening.type == "web_search_tool_result"
+    assert opening.block["tool_use_id"] == server[-1].block["id"]
+    cited = [c for b in done.message.content if isinstance(b, TextBlock) for c in b.citations]
+    assert len(cited) == second.body.count(b'"type":"citations_delta"') == 19
+    assert cited[0]["type"] == "web_search_result_location" and cited[0]["url"].startswith("https")
+    assert done.message.text.startswith("Let me continue with the remaining searches")
+
+
+async def test_stream_events_of_a_server_tool_call() -> None:
+    """A server tool call opens as a ServerBlockStart (never a ToolUseStart) and gets its input
+    from the input pieces; only the client tool call is a tool call."""
+    (interaction,) = load("anthropic/test_anthropic_native_tool_search.yaml")
+    async with model_on(Replay([served(interaction, "anthropic")])) as model:
+        events = [e async for e in model.stream(anthropic_first_request(interaction.request))]
+    opened = [e for e in events if isinstance(e, ServerBlockStart | ToolUseStart)]
+    assert [type(e).__name__ for e in opened] == [
+        "ServerBlockStart",
+        "ServerBlockStart",
+        "ToolUseStart",
+    ]
+    assert opened[0] == ServerBlockStart(
+        1,
+        {
+            "caller": {"type": "direct"},
+            "id": "srvtoolu_01AFqvRopGELemw8jFcntaRt",
+            "input": {},
+            "name": "tool_search_tool_bm25",
+            "type": "server_tool_use",
+        },
+    )
+    assert ToolInputDelta(1, '{"query": "exchange rate currency conversion USD EUR"}') in events
+    assert [e for e in events if isinstance(e, ToolUseStop)] == [ToolUseStop(4)]
+
+
 # --- synthetic cases ------------------------------------------------------------------------
 
 USER = Request(model="claude-test", messages=(Message.user("hi"),))
@@ -264,12 +353,15 @@ async def test_stop_reasons(wire: str, stop_reason: StopReason) -> None:
     assert response.message.text == "The answer is"
 
 
-async def test_overloaded_then_success_is_retried_with_a_span_event() -> None:
+async def test_overloaded_then_success_is_retried_visibly() -> None:
     replay = Replay([error(529, "overloaded_error", "Overloaded"), HELLO])
     async with model_on(replay) as model:
         with recorded_span() as spans:
-            response = await accumulate(model.stream(USER))
-    assert response.message.text == "Hello."
+            events = [e async for e in model.stream(USER)]
+    assert events[0] == ProviderRetry(
+        "anthropic", 529, 1, 4, 0.001, "anthropic overloaded_error (HTTP 529): Overloaded"
+    )
+    assert TextDelta(0, "Hello.") in events
     assert len(replay.requests) == 2
     (event,) = spans[0].events
     assert event.name == "provider.retry"
@@ -299,6 +391,62 @@ async def test_retries_are_bounded() -> None:
         with pytest.raises(ModelError, match="unavailable"):
             await accumulate(model.stream(USER))
     assert len(replay.requests) == 3
+
+
+async def test_a_server_error_that_rejects_the_request_is_not_retried() -> None:
+    replay = Replay([error(500, "api_error", "1 validation error for Request: messages")] * 2)
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError, match="validation error"):
+            await accumulate(model.stream(USER))
+    assert len(replay.requests) == 1
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_a_connection_error_names_the_url_and_each_retry_is_visible() -> None:
+    port = closed_port()
+    client = anthropic.AsyncAnthropic(api_key="k", base_url=f"http://127.0.0.1:{port}")
+    model = AnthropicModel(client, "claude-test", max_retries=1, base_delay=0.001)
+    events: list[object] = []
+    with pytest.raises(ModelError) as caught:
+        async for event in model.stream(USER):
+            events.append(event)
+    url = f"http://127.0.0.1:{port}/v1/messages"
+    assert str(caught.value) == f"anthropic: cannot connect to {url} (Connection refused)"
+    (retry,) = events
+    assert isinstance(retry, ProviderRetry) and retry.status is None and url in retry.error
+
+
+async def test_a_stream_cut_before_message_stop_names_the_url() -> None:
+    cut = anthropic_sse(message({"type": "text", "text": "Hel"})).split(b"event: message_stop")[0]
+    async with model_on(Replay([sse(cut)])) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(USER))
+    assert str(caught.value) == (
+        "anthropic: the stream from https://api.anthropic.com/v1/messages ended before message_stop"
+    )
+
+
+async def test_a_connection_broken_mid_stream_names_the_url_and_is_not_retried() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield until_first_text(anthropic_sse(message({"type": "text", "text": "Hel"})))
+        raise httpx2.RemoteProtocolError("peer closed connection")
+
+    broken = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+    replay = Replay([broken, HELLO])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(USER))
+    assert str(caught.value) == (
+        "anthropic: the connection to https://api.anthropic.com/v1/messages broke "
+        "(peer closed connection)"
+    )
+    assert len(replay.requests) == 1  # content had streamed: a retry would repeat it
 
 
 async def test_spend_limit_is_not_retried() -> None:
@@ -405,6 +553,75 @@ async def test_thinking_and_redacted_thinking_go_back_verbatim() -> None:
         {"type": "thinking", "thinking": "Let me think.", "signature": "sig=="},
         {"type": "redacted_thinking", "data": "opaque=="},
         {"type": "tool_use", "id": "toolu_9", "name": "get", "input": {"q": 1}},
+    ]
+
+
+async def test_tool_options_and_server_tools_are_sent_as_declared() -> None:
+    schema = {"type": "object", "properties": {}}
+    request = attrs.evolve(
+        USER,
+        tools=(
+            ToolSpec("get", "Get a thing.", schema, strict=True),
+            ToolSpec("bash", "Run a command.", schema),
+        ),
+        server_tools=(
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"name": "get", "defer_loading": True},  # amends hango's definition of "get"
+            {"type": "bash_20250124", "name": "bash"},  # replaces hango's definition of "bash"
+        ),
+        tool_choice=ToolChoice.tool("get"),
+        parallel_tool_calls=False,
+    )
+    replay = Replay([HELLO, HELLO, HELLO])
+    async with model_on(replay) as model:
+        await accumulate(model.stream(request))
+        await accumulate(model.stream(attrs.evolve(request, tool_choice=ToolChoice("none"))))
+        await accumulate(model.stream(attrs.evolve(request, tools=(), server_tools=())))
+    first, second, third = replay.bodies
+    assert first["tools"] == [
+        {
+            "name": "get",
+            "description": "Get a thing.",
+            "input_schema": schema,
+            "strict": True,
+            "defer_loading": True,
+        },
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+    ]
+    assert first["tool_choice"] == {
+        "type": "tool",
+        "name": "get",
+        "disable_parallel_tool_use": True,
+    }
+    assert second["tool_choice"] == {"type": "none"}
+    assert "tool_choice" not in third and "tools" not in third  # nothing to choose from
+
+
+async def test_an_unknown_block_type_is_kept_whole_and_sent_back() -> None:
+    # The SDK parses a type it does not know as a TextBlock; hango must still keep it opaque.
+    mcp_call = {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "q", "server_name": "s"}
+    mcp_result = {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "is_error": False}
+    mcp_result["content"] = [{"type": "text", "text": "42"}]
+    start = message({**mcp_call, "input": {}}, mcp_result, {"type": "text", "text": "It is 42."})
+    body = anthropic_sse(start).replace(
+        b'"content_block": {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "q", '
+        b'"server_name": "s", "input": {}}',
+        b'"content_block": {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "q", '
+        b'"server_name": "s", "input": {"x": 1}}',
+    )
+    replay = Replay([sse(body), HELLO])
+    async with model_on(replay) as model:
+        response = await accumulate(model.stream(USER))
+        await accumulate(model.stream(with_messages(USER, response.message, Message.user("ok"))))
+    assert response.message.content == (
+        ServerBlock({**mcp_call, "input": {"x": 1}}),
+        ServerBlock(mcp_result),
+        TextBlock("It is 42."),
+    )
+    assert replay.bodies[1]["messages"][1]["content"][:2] == [
+        {**mcp_call, "input": {"x": 1}},
+        mcp_result,
     ]
 
 

@@ -18,9 +18,11 @@ from hango.provider import (
     Block,
     Message,
     ModelError,
+    ProviderRetry,
     Request,
     StopReason,
     TextBlock,
+    ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -147,7 +149,7 @@ async def test_recorded_history_and_output_limit() -> None:
         {"role": "user", "content": "What is the weather in Tokyo?"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_123",
@@ -195,9 +197,12 @@ USER = Request(model="gpt-test", messages=(Message.user("hi"),))
 
 
 def chunks(
-    *deltas: dict[str, Any], finish: str = "stop", usage: dict[str, Any] | None = None
+    *deltas: dict[str, Any],
+    finish: str | None = "stop",
+    usage: dict[str, Any] | bool = True,
 ) -> Served:
-    """A streamed completion: one chunk per delta, the finish reason, a usage chunk, [DONE]."""
+    """A streamed completion: one chunk per delta, the finish reason (``None``: no chunk), a usage
+    chunk (``False``: none, as llama-cpp-python's server), [DONE]."""
     base = {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",
@@ -205,9 +210,12 @@ def chunks(
         "model": "gpt-test",
     }
     lines = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    lines.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-    usage = usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-    lines.append({**base, "choices": [], "usage": usage})
+    if finish is not None:
+        lines.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if usage is not False:
+        if not isinstance(usage, dict):
+            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        lines.append({**base, "choices": [], "usage": usage})
     body = "".join(f"data: {json.dumps(line)}\n\n" for line in lines) + "data: [DONE]\n\n"
     return Served(200, "text/event-stream", body.encode())
 
@@ -241,7 +249,7 @@ async def test_malformed_arguments_stay_raw_and_go_back_as_the_raw_string() -> N
     assert replay.bodies[1]["messages"][1:] == [
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_1",
@@ -323,12 +331,15 @@ def error(
     return Served(status, "application/json", json.dumps(body).encode(), headers or {})
 
 
-async def test_rate_limit_then_success_is_retried_with_a_span_event() -> None:
+async def test_rate_limit_then_success_is_retried_visibly() -> None:
     replay = Replay([error(429, "Rate limit reached", headers={"retry-after-ms": "20"}), HELLO])
     async with model_on(replay) as model:
         with recorded_span() as spans:
-            response = await accumulate(model.stream(USER))
-    assert response.message.text == "Hello."
+            events = [e async for e in model.stream(USER)]
+    assert events[0] == ProviderRetry(
+        "openai", 429, 1, 4, 0.02, "openai server_error (HTTP 429): Rate limit reached"
+    )
+    assert TextDelta(0, "Hello.") in events
     (event,) = spans[0].events
     assert (event.name, dict(event.attributes or {})) == (
         "provider.retry",
@@ -342,6 +353,111 @@ async def test_server_errors_are_retried_until_the_limit() -> None:
         with pytest.raises(ModelError, match="Bad gateway"):
             await accumulate(model.stream(USER))
     assert len(replay.requests) == 2
+
+
+#: What llama-cpp-python's server answered hango's old ``content: null`` beside tool calls with
+#: (HTTP 500, shortened): a validation report of the request, which no retry can fix.
+LLAMA_CPP_500 = (
+    "7 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'messages', 1, "
+    "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid "
+    "string', 'input': None}"
+)
+
+
+async def test_a_500_that_rejects_the_request_is_not_retried() -> None:
+    body = {"error": {"message": LLAMA_CPP_500, "type": "internal_server_error"}}
+    replay = Replay([Served(500, "application/json", json.dumps(body).encode())] * 2)
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError, match="7 validation errors") as caught:
+            await accumulate(model.stream(USER))
+    assert len(replay.requests) == 1
+    # not transient: a fallback middleware must not send the same bad request elsewhere either
+    assert (caught.value.status, caught.value.transient) == (500, False)
+
+
+async def test_a_server_that_sends_no_usage_gives_unknown_usage() -> None:
+    async with model_on(Replay([chunks({"content": "Hi"}, usage=False)])) as model:
+        response = await accumulate(model.stream(USER))
+    assert response.usage == Usage.unknown()
+    assert not response.usage.known
+
+
+async def test_a_stream_without_a_finish_reason_names_the_server() -> None:
+    replay = Replay([chunks({"content": "Hi"}, finish=None, usage=False)])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(USER))
+    assert str(caught.value) == (
+        "openai: the stream from https://api.openai.com/v1/chat/completions ended without a "
+        "finish reason"
+    )
+
+
+async def test_a_connection_broken_mid_stream_names_the_url() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+        chunk["choices"] = [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+        raise httpx2.RemoteProtocolError("peer closed connection")
+
+    broken = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+    replay = Replay([broken, HELLO])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(USER))
+    assert str(caught.value) == (
+        "openai: the connection to https://api.openai.com/v1/chat/completions broke "
+        "(peer closed connection)"
+    )
+    assert len(replay.requests) == 1
+
+
+async def test_tool_options_map_onto_chat_completions() -> None:
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    request = attrs.evolve(
+        USER,
+        tools=(ToolSpec("get", "Get a thing.", schema, strict=True), ToolSpec("bash", "Run.", {})),
+        # Anthropic's ways of declaring hango's own tools: Chat Completions gets them as functions
+        server_tools=(
+            {"name": "get", "defer_loading": True},
+            {"type": "bash_20250124", "name": "bash"},
+        ),
+        parallel_tool_calls=False,
+    )
+    choices = [ToolChoice("auto"), ToolChoice("any"), ToolChoice("none"), ToolChoice.tool("get")]
+    replay = Replay([HELLO] * 5)
+    async with model_on(replay) as model:
+        for choice in choices:
+            await accumulate(model.stream(attrs.evolve(request, tool_choice=choice)))
+        await accumulate(model.stream(attrs.evolve(USER, tool_choice=ToolChoice("any"))))
+    sent = replay.bodies
+    assert [b["tool_choice"] for b in sent[:4]] == [
+        "auto",
+        "required",
+        "none",
+        {"type": "function", "function": {"name": "get"}},
+    ]
+    assert sent[0]["parallel_tool_calls"] is False
+    assert sent[0]["tools"][0]["function"]["strict"] is True
+    assert "strict" not in sent[0]["tools"][1]["function"]
+    assert [t["function"]["name"] for t in sent[0]["tools"]] == ["get", "bash"]
+    # without tools there is nothing to choose from: neither option is sent
+    assert "tool_choice" not in sent[4] and "parallel_tool_calls" not in sent[4]
+
+
+async def test_a_server_tool_fails_the_call_with_one_line() -> None:
+    request = attrs.evolve(
+        USER, server_tools=({"type": "web_search_20250305", "name": "web_search"},)
+    )
+    replay = Replay([HELLO])
+    async with model_on(replay) as model:
+        with pytest.raises(ModelError) as caught:
+            await accumulate(model.stream(request))
+    assert str(caught.value) == (
+        "openai: Chat Completions has no server tools; remove web_search_20250305 from "
+        "server_tools or use an anthropic: model"
+    )
+    assert replay.requests == []
 
 
 async def test_exhausted_quota_is_not_retried() -> None:

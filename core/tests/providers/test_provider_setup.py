@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hango.config import ConfigError
 from hango.provider import Model, ModelSpecError, model_from_spec
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.openai import OpenAIChatModel
@@ -89,6 +90,22 @@ def test_a_missing_extra_says_what_to_install(
     monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(ModelSpecError, match=re.escape(f"pip install '{extra}'")):
         model_from_spec(spec)
+
+
+def test_retries_are_set_by_hango_model_retries(
+    no_openai_credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def retries() -> int:
+        model = model_from_spec("openai:q", base_url="http://localhost:8000/v1")
+        assert isinstance(model, OpenAIChatModel)
+        return model.retry.max_retries
+
+    assert retries() == 4
+    monkeypatch.setenv("HANGO_MODEL_RETRIES", "0")
+    assert retries() == 0
+    monkeypatch.setenv("HANGO_MODEL_RETRIES", "many")
+    with pytest.raises(ConfigError, match=r"^HANGO_MODEL_RETRIES must be an integer, got 'many'$"):
+        retries()
 
 
 def test_backoff_doubles_from_the_base_delay_up_to_the_cap() -> None:

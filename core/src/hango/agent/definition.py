@@ -12,6 +12,11 @@
     max_turns = 12                      # model calls per run
     max_tokens = 4096                   # per model call
     middleware = ["audit_log"]          # the agent's own middlewares (slot ``agent``), in order
+    tool_choice = "auto"                # optional: "auto", "any", "none" or {name = "tool"}
+    parallel_tool_calls = false         # optional: at most one tool call per turn
+    server_tools = [                    # optional: Anthropic tool definitions, sent as written
+        {type = "web_search_20250305", name = "web_search", max_uses = 3},
+    ]
 
     [options.repeat_call]               # one table per middleware: its settings, validated by
     threshold = 4                       # the schema its plugin declares
@@ -36,7 +41,7 @@ import jsonschema
 from attrs import field, frozen
 
 from hango.config import ConfigError
-from hango.provider.messages import TextBlock
+from hango.provider.messages import TextBlock, ToolChoice
 from hango.provider.model import Model
 from hango.provider.select import model_from_spec
 from hango.tool.base import Tool
@@ -72,6 +77,31 @@ AGENT_SCHEMA: dict[str, Any] = {
         "middleware": {**_STRINGS, "uniqueItems": True},
         # Each table is validated against its plugin's schema when the stack is built.
         "options": {"type": "object", "additionalProperties": {"type": "object"}},
+        "tool_choice": {
+            "anyOf": [
+                {"enum": ["auto", "any", "none"]},
+                {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "minLength": 1}},
+                    "required": ["name"],
+                    "additionalProperties": False,
+                },
+                {"type": "null"},
+            ]
+        },
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+        # Passed through verbatim (see hango.provider.anthropic): only what every entry needs.
+        "server_tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "type": {"type": "string", "minLength": 1},
+                },
+                "required": ["name"],
+            },
+        },
     },
     "required": ["name", "model"],
     "additionalProperties": False,
@@ -102,6 +132,15 @@ def _optional_tuple(items: Sequence[str] | None) -> tuple[str, ...] | None:
     return None if items is None else tuple(items)
 
 
+def _tool_choice(value: str | Mapping[str, str] | ToolChoice | None) -> ToolChoice | None:
+    # The agent file's form: "auto" | "any" | "none" | {name = "tool"}.
+    if value is None or isinstance(value, ToolChoice):
+        return value
+    if isinstance(value, Mapping):
+        return ToolChoice.tool(value["name"])
+    return ToolChoice(value)  # type: ignore[arg-type]  # checked by AGENT_SCHEMA
+
+
 @frozen
 class AgentDefinition:
     """A validated agent. ``base_dir`` is the absolute folder relative paths resolve against.
@@ -123,6 +162,9 @@ class AgentDefinition:
     base_dir: str = "."
     middleware: tuple[Any, ...] = field(default=(), converter=tuple)
     options: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    tool_choice: ToolChoice | None = field(default=None, converter=_tool_choice)
+    parallel_tool_calls: bool | None = None
+    server_tools: tuple[Mapping[str, Any], ...] = field(default=(), converter=tuple)
     #: Where the agent came from, for error messages (``agent file PATH``); not stored.
     source: str = field(default="", eq=False, kw_only=True)
 
@@ -206,6 +248,9 @@ class AgentDefinition:
             "base_dir": self.base_dir,
             "middleware": [m if isinstance(m, str) else _describe(m) for m in self.middleware],
             "options": {k: dict(v) for k, v in self.options.items()},
+            "tool_choice": _tool_choice_json(self.tool_choice),
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "server_tools": [dict(e) for e in self.server_tools],
         }
 
     @property
@@ -269,3 +314,9 @@ class AgentDefinition:
                 except ValueError as exc:
                     raise AgentFileError(f"{where}: {exc}") from None
         return registry
+
+
+def _tool_choice_json(choice: ToolChoice | None) -> str | dict[str, str] | None:
+    if choice is None or choice.name is None:
+        return None if choice is None else choice.mode
+    return {"name": choice.name}

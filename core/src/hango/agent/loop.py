@@ -39,6 +39,7 @@ from hango.provider.messages import (
     Request,
     StopReason,
     TextBlock,
+    ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -56,12 +57,17 @@ Checkpoint = Callable[[State], Awaitable[None]]
 class LoopSettings:
     """What the loop needs of an agent: the model name sent in requests, the agent's own
     system blocks, the turn limit (model calls per run), ``max_tokens`` per call, and the
-    characters of a tool result kept in history (``storable_result``)."""
+    request's tool options (``Request.tool_choice``, ``parallel_tool_calls``, ``server_tools``),
+    which a middleware may still change per call, and the characters of a tool result kept in
+    history (``storable_result``)."""
 
     model: str
     system: tuple[TextBlock, ...] = ()
     max_turns: int = 25
     max_tokens: int = 4096
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    server_tools: tuple[Mapping[str, Any], ...] = ()
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
 
 
@@ -152,9 +158,9 @@ async def run_loop(
             called = model
         elif called is not model:
             # A wrapper swapped the model for this call: the request and the chat span name
-            # the model actually called.
+            # the model actually called (its class when it has no name: never the run's).
             provider = telemetry.provider_name(called)
-            req = attrs.evolve(req, model=getattr(called, "name", req.model))
+            req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
         with telemetry.chat_span(req, provider) as chat:
             acc = Accumulator()
             async for event in called.stream(req):
@@ -241,6 +247,9 @@ async def run_loop(
             system=settings.system,
             tools=tuple(t.spec for t in tools.values()),
             max_tokens=settings.max_tokens,
+            tool_choice=settings.tool_choice,
+            parallel_tool_calls=settings.parallel_tool_calls,
+            server_tools=settings.server_tools,
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
             response = await chain.model_call(ModelRequest(request, state, model=model), call_model)

@@ -81,6 +81,9 @@ class StackConfig:
     the names of the agent file's ``middleware`` list, in order. ``middleware_options``: the
     agent file's ``[options.<name>]`` tables, already validated against each plugin's schema;
     read one with ``options(name)``. ``source`` names the agent in error messages.
+    ``base_dir`` is the agent file's folder, which relative paths in options (a
+    ``scripted:PATH`` model spec) resolve against; None resolves them against the working
+    directory.
     """
 
     tool_allowlist: frozenset[str] | None = None
@@ -88,6 +91,7 @@ class StackConfig:
     agent_middleware: tuple[str, ...] = ()
     middleware_options: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     source: str = field(default="agent", eq=False)
+    base_dir: str | None = None
 
     def options(self, name: str) -> Mapping[str, Any]:
         """Middleware ``name``'s ``[options.<name>]`` table from the agent file (``{}`` when

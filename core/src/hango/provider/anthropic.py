@@ -9,44 +9,63 @@ Request mapping (https://platform.claude.com/docs/en/api/messages):
 - ``Request.system`` is sent as a list of text blocks, never a string, and each block's
   ``cache_control`` is sent on exactly that block, so a cache breakpoint lands on the index where
   a middleware put it (https://platform.claude.com/docs/en/build-with-claude/prompt-caching).
-  ``cache_control`` on a message text block is sent the same way.
+  ``cache_control`` on a message's text or ``tool_result`` block and on a ``ToolSpec`` is sent
+  the same way, on exactly that block or tool; a text block's ``citations`` are sent with it.
 - Blocks map one to one and in order: text, ``tool_use`` (id, name, input), ``tool_result``
-  (tool_use_id, content, is_error), and ``thinking`` (with its signature) and
-  ``redacted_thinking`` sent back verbatim, as a tool-use continuation must
-  (https://platform.claude.com/docs/en/build-with-claude/extended-thinking). A tool call whose
-  arguments were not valid JSON (``ToolUseBlock.input`` is the raw ``str``) is sent with
+  (tool_use_id, content, is_error), and ``thinking`` (with its signature),
+  ``redacted_thinking`` and every ``ServerBlock`` (``server_tool_use``,
+  ``web_search_tool_result``, ...) sent back verbatim, as a continuation must
+  (https://platform.claude.com/docs/en/build-with-claude/extended-thinking,
+  https://platform.claude.com/docs/en/agents-and-tools/tool-use/web-search-tool). A tool call
+  whose arguments were not valid JSON (``ToolUseBlock.input`` is the raw ``str``) is sent with
   ``input: {}``: the API takes only an object there, and the paired error result explains it.
-- Tools are ``{name, description, input_schema}``; ``temperature`` and ``stop_sequences`` are
-  sent when set; ``thinking`` is the constructor's extended-thinking config.
+- Tools are ``{name, description, input_schema}`` (plus ``strict: true`` for a strict
+  ``ToolSpec``). Each entry of ``Request.server_tools`` is a tool definition sent as it is
+  written: one whose ``name`` is also a ``ToolSpec``'s either REPLACES that tool's definition
+  when it has a ``type`` other than ``custom`` (an Anthropic-defined client tool such as
+  ``bash_20250124`` or ``text_editor_20250728``, still executed by hango's tool of that name) or
+  is MERGED into it otherwise (``defer_loading = true`` for tool search, ``cache_control``);
+  any other entry is a server tool the API runs itself (``web_search_20250305``,
+  ``code_execution_20250825``, ``tool_search_tool_bm25_20251119``, ...) and follows the tools
+  (https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview).
+- ``tool_choice`` is ``{type: auto | any | none | tool, name}``, with
+  ``disable_parallel_tool_use: true`` when ``Request.parallel_tool_calls`` is ``False``; it is
+  sent only with tools (there is nothing to choose from without). ``temperature`` and
+  ``stop_sequences`` are sent when set; ``thinking`` is the constructor's extended-thinking
+  config.
 
 Stream mapping (https://platform.claude.com/docs/en/build-with-claude/streaming):
 ``message_start`` gives the first usage; ``content_block_start`` opens a block (``tool_use`` ->
-``ToolUseStart``, ``redacted_thinking`` -> ``RedactedThinking``); ``content_block_delta`` carries
-``text_delta`` -> ``TextDelta``, ``input_json_delta`` -> ``ToolInputDelta`` (raw pieces, parsed
-by the accumulator), ``thinking_delta`` -> ``ThinkingDelta``, ``signature_delta`` ->
-``SignatureDelta``; ``content_block_stop`` of a tool block -> ``ToolUseStop``;
-``message_delta`` carries the stop reason and CUMULATIVE usage (its fields replace the earlier
-ones); ``message_stop`` -> ``MessageStop``. Server-tool blocks and citations have no hango
-counterpart and are skipped. Stop reasons keep their names;
+``ToolUseStart``, ``redacted_thinking`` -> ``RedactedThinking``, and any type hango does not
+interpret -> ``ServerBlockStart`` with the block's JSON as sent); ``content_block_delta``
+carries ``text_delta`` -> ``TextDelta``, ``citations_delta`` -> ``CitationDelta``,
+``input_json_delta`` -> ``ToolInputDelta`` (raw pieces of a tool call's or server tool call's
+input, parsed by the accumulator), ``thinking_delta`` -> ``ThinkingDelta``, ``signature_delta``
+-> ``SignatureDelta``; ``content_block_stop`` of a tool block -> ``ToolUseStop``;
+``message_delta`` carries the stop reason, ``stop_details`` and CUMULATIVE usage (its fields
+replace the earlier ones); ``message_stop`` -> ``MessageStop``. Stop reasons keep their names;
 ``model_context_window_exceeded`` is reported as ``max_tokens``
-(https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons).
+(https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons). A stream that
+ends without ``message_stop`` fails naming the URL that sent it.
 
-Errors (https://platform.claude.com/docs/en/api/errors): 429, 529 and other 5xx, connection
-errors, and an ``overloaded_error`` / ``rate_limit_error`` / ``api_error`` event arriving in the
-stream before any content are retried (see ``hango.provider.retry``); anything else raises
-``ModelError`` with the API's own message. The SDK's own retries are switched off so these are
-the only ones.
+Errors (https://platform.claude.com/docs/en/api/errors): 429, 529 and other 5xx (but not a 5xx
+whose body says the request is invalid), connection errors, and an ``overloaded_error`` /
+``rate_limit_error`` / ``api_error`` event arriving in the stream before any content are
+retried (see ``hango.provider.retry``); anything else raises ``ModelError`` with the API's own
+message, and a connection error names the URL it tried. The SDK's own retries are switched off
+so these are the only ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Final, cast
+from typing import Any, Final, cast
 
 from hango.provider.select import ModelSpecError
 
 try:
     import anthropic
+    import httpx2
     from anthropic import types as sdk
 except ImportError as exc:  # the SDK is the optional extra
     raise ModelSpecError(
@@ -54,8 +73,10 @@ except ImportError as exc:  # the SDK is the optional extra
     ) from exc
 
 from hango.provider.events import (
+    CitationDelta,
     MessageStop,
     RedactedThinking,
+    ServerBlockStart,
     SignatureDelta,
     StreamEvent,
     TextDelta,
@@ -69,6 +90,7 @@ from hango.provider.messages import (
     Message,
     RedactedThinkingBlock,
     Request,
+    ServerBlock,
     StopReason,
     TextBlock,
     ThinkingBlock,
@@ -77,10 +99,13 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
+from hango.provider.model import ModelError
 from hango.provider.retry import (
     Failure,
     RetryPolicy,
+    connection_failure,
     is_transient_status,
+    request_rejected,
     retry_after_seconds,
     stream_with_retries,
 )
@@ -127,7 +152,9 @@ class AnthropicModel:
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
-    def from_env(cls, name: str, base_url: str | None = None) -> AnthropicModel:
+    def from_env(
+        cls, name: str, base_url: str | None = None, *, max_retries: int = 4
+    ) -> AnthropicModel:
         """Build from ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``, or an SDK profile).
 
         ``base_url`` (else ``ANTHROPIC_BASE_URL``) points at another Messages endpoint.
@@ -142,19 +169,23 @@ class AnthropicModel:
             raise ModelSpecError(f"anthropic:{name}: {exc}") from None
         if client.api_key is None and client.auth_token is None and client.credentials is None:
             raise ModelSpecError(f"anthropic:{name} needs an API key: set ANTHROPIC_API_KEY")
-        return cls(client, name)
+        return cls(client, name, max_retries=max_retries)
 
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Messages call as hango events; raises ``ModelError`` (see module doc)."""
-        return stream_with_retries(lambda: self._attempt(request), self.retry, _explain)
+        return stream_with_retries(
+            lambda: self._attempt(request), self.retry, _explain, self.provider_name
+        )
 
     async def _attempt(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        tools = _tools(request)
         anthropic_stream = await self._client.messages.create(
             model=self.name,
             max_tokens=request.max_tokens,
             messages=[_message(m) for m in request.messages],
             system=[_text(b) for b in request.system] if request.system else anthropic.omit,
-            tools=[_tool(t) for t in request.tools] if request.tools else anthropic.omit,
+            tools=tools or anthropic.omit,
+            tool_choice=_tool_choice(request) if tools else anthropic.omit,
             stop_sequences=list(request.stop_sequences) or anthropic.omit,
             thinking=anthropic.omit if self.thinking is None else self.thinking,
             # This SDK version takes no ``temperature`` argument, but the wire field remains
@@ -170,12 +201,21 @@ class AnthropicModel:
             async for raw in anthropic_stream:
                 for event in mapper.map(raw):
                     yield event
+            if not mapper.stopped:
+                url = anthropic_stream.response.url
+                raise ModelError(f"anthropic: the stream from {url} ended before message_stop")
+
+
+def _cache_control(marker: Mapping[str, str]) -> sdk.CacheControlEphemeralParam:
+    return cast(sdk.CacheControlEphemeralParam, dict(marker))
 
 
 def _text(block: TextBlock) -> sdk.TextBlockParam:
     param: sdk.TextBlockParam = {"type": "text", "text": block.text}
     if block.cache_control is not None:
-        param["cache_control"] = cast(sdk.CacheControlEphemeralParam, dict(block.cache_control))
+        param["cache_control"] = _cache_control(block.cache_control)
+    if block.citations:
+        param["citations"] = [cast(sdk.TextCitationParam, dict(c)) for c in block.citations]
     return param
 
 
@@ -187,16 +227,21 @@ def _block(block: Block) -> sdk.ContentBlockParam:
             params = dict(arguments) if isinstance(arguments, Mapping) else {}
             return {"type": "tool_use", "id": id_, "name": name, "input": params}
         case ToolResultBlock(tool_use_id=tool_use_id, content=content, is_error=is_error):
-            return {
+            result: sdk.ToolResultBlockParam = {
                 "type": "tool_result",
                 "tool_use_id": tool_use_id,
                 "content": content,
                 "is_error": is_error,
             }
+            if block.cache_control is not None:
+                result["cache_control"] = _cache_control(block.cache_control)
+            return result
         case ThinkingBlock(thinking=thinking, signature=signature):
             return {"type": "thinking", "thinking": thinking, "signature": signature}
         case RedactedThinkingBlock(data=data):
             return {"type": "redacted_thinking", "data": data}
+        case ServerBlock(block=raw):
+            return cast(sdk.ContentBlockParam, dict(raw))
 
 
 def _message(message: Message) -> sdk.MessageParam:
@@ -206,12 +251,44 @@ def _message(message: Message) -> sdk.MessageParam:
     return {"role": "assistant", "content": content}
 
 
-def _tool(spec: ToolSpec) -> sdk.ToolParam:
-    return {
+def _tool(spec: ToolSpec, written: Mapping[str, Any] | None) -> sdk.ToolUnionParam:
+    """``spec`` as a tool definition, replaced or amended by the ``server_tools`` entry of the
+    same name (see module docstring)."""
+    if written is not None and written.get("type", "custom") != "custom":
+        return cast(sdk.ToolUnionParam, dict(written))
+    param: dict[str, Any] = {
         "name": spec.name,
         "description": spec.description,
         "input_schema": dict(spec.input_schema),
     }
+    if spec.cache_control is not None:
+        param["cache_control"] = _cache_control(spec.cache_control)
+    if spec.strict:
+        param["strict"] = True
+    return cast(sdk.ToolUnionParam, param | dict(written or {}))
+
+
+def _tools(request: Request) -> list[sdk.ToolUnionParam]:
+    names = {spec.name for spec in request.tools}
+    written = {e["name"]: e for e in request.server_tools if e.get("name") in names}
+    server = [
+        cast(sdk.ToolUnionParam, dict(e))
+        for e in request.server_tools
+        if e.get("name") not in names
+    ]
+    return [_tool(spec, written.get(spec.name)) for spec in request.tools] + server
+
+
+def _tool_choice(request: Request) -> sdk.ToolChoiceParam | anthropic.Omit:
+    choice, parallel = request.tool_choice, request.parallel_tool_calls
+    if choice is None and parallel is not False:
+        return anthropic.omit  # the API's default: auto, parallel calls allowed
+    param: dict[str, Any] = {"type": choice.mode if choice is not None else "auto"}
+    if choice is not None and choice.name is not None:
+        param["name"] = choice.name
+    if parallel is False and param["type"] != "none":
+        param["disable_parallel_tool_use"] = True
+    return cast(sdk.ToolChoiceParam, param)
 
 
 def _usage(usage: sdk.Usage | sdk.MessageDeltaUsage, base: Usage) -> Usage:
@@ -237,7 +314,9 @@ class _StreamMapper:
     def __init__(self) -> None:
         self.usage = Usage()
         self.stop_reason = StopReason.END_TURN
+        self.stop_details: dict[str, Any] | None = None
         self.tool_blocks: set[int] = set()
+        self.stopped = False
 
     def map(self, raw: sdk.RawMessageStreamEvent) -> list[StreamEvent]:
         match raw:
@@ -252,30 +331,36 @@ class _StreamMapper:
             case sdk.RawMessageDeltaEvent(delta=delta, usage=usage):
                 if delta.stop_reason is not None:
                     self.stop_reason = _STOP_REASONS.get(delta.stop_reason, StopReason.END_TURN)
+                if delta.stop_details is not None:
+                    self.stop_details = delta.stop_details.to_dict()
                 self.usage = _usage(usage, self.usage)
             case sdk.RawMessageStopEvent():
-                return [MessageStop(self.stop_reason, self.usage)]
+                self.stopped = True
+                return [MessageStop(self.stop_reason, self.usage, self.stop_details)]
         return []
 
     def _start(self, i: int, block: sdk.ContentBlock) -> list[StreamEvent]:
         # A start carries the block's initial content: empty for text and thinking (their
-        # deltas follow), complete for redacted thinking, id and name for a tool call.
-        match block:
-            case sdk.ToolUseBlock(id=id_, name=name):
+        # deltas follow), complete for redacted thinking, id and name for a tool call. The
+        # ``type`` decides, not the class: the SDK parses a block type it does not know as a
+        # TextBlock, keeping its fields.
+        match block.type:
+            case "tool_use":
                 self.tool_blocks.add(i)
-                return [ToolUseStart(i, id_, name)]
-            case sdk.RedactedThinkingBlock(data=data):
-                return [RedactedThinking(i, data)]
-            case sdk.TextBlock(text=text) if text:
-                return [TextDelta(i, text)]
-            case sdk.ThinkingBlock(thinking=thinking, signature=signature):
-                events: list[StreamEvent] = []
-                if thinking:
-                    events.append(ThinkingDelta(i, thinking))
-                if signature:
-                    events.append(SignatureDelta(i, signature))
+                return [ToolUseStart(i, block.id, block.name)]
+            case "redacted_thinking":
+                return [RedactedThinking(i, block.data)]
+            case "text":
+                events: list[StreamEvent] = [TextDelta(i, block.text)] if block.text else []
+                return events + [CitationDelta(i, c.to_dict()) for c in block.citations or ()]
+            case "thinking":
+                events = []
+                if block.thinking:
+                    events.append(ThinkingDelta(i, block.thinking))
+                if block.signature:
+                    events.append(SignatureDelta(i, block.signature))
                 return events
-        return []
+        return [ServerBlockStart(i, block.to_dict())]
 
 
 def _delta(i: int, delta: sdk.RawContentBlockDelta) -> list[StreamEvent]:
@@ -288,6 +373,8 @@ def _delta(i: int, delta: sdk.RawContentBlockDelta) -> list[StreamEvent]:
             return [ThinkingDelta(i, thinking)]
         case sdk.SignatureDelta(signature=signature):
             return [SignatureDelta(i, signature)]
+        case sdk.CitationsDelta(citation=citation):
+            return [CitationDelta(i, citation.to_dict())]
     return []
 
 
@@ -298,14 +385,19 @@ def _explain(exc: Exception) -> Failure | None:
         where = "in stream" if in_stream else f"HTTP {exc.status_code}"
         # A 429 for a reached spend limit stays a 429 until the limit changes: do not wait.
         spent = exc.error_code == "enforced_spend_limit_reached"
+        text = exc.api_message or exc.message
         return Failure(
-            f"anthropic {exc.type or 'error'} ({where}): {exc.api_message or exc.message}",
-            transient=is_transient_status(status) and not spent,
+            f"anthropic {exc.type or 'error'} ({where}): {text}",
+            transient=is_transient_status(status)
+            and not spent
+            and not request_rejected(status, text),
             status=status or None,
             retry_after=retry_after_seconds(exc.response.headers),
         )
     if isinstance(exc, anthropic.APIConnectionError):
-        return Failure(f"anthropic: {exc.message}", transient=True)
+        return connection_failure("anthropic", exc.request.url, exc)
+    if isinstance(exc, httpx2.TransportError):  # the SDK does not wrap it while a stream is read
+        return connection_failure("anthropic", exc.request.url, exc)
     if isinstance(exc, anthropic.AnthropicError):
         return Failure(f"anthropic: {exc}", transient=False)
     return None

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Protocol, runtime_checkable
 
 from attrs import frozen
 
 from hango.provider.events import (
+    CitationDelta,
     MessageStop,
+    ProviderRetry,
     RedactedThinking,
+    ServerBlockStart,
     SignatureDelta,
     StreamEvent,
     TextDelta,
@@ -20,10 +23,12 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango.provider.messages import (
+    JSON,
     Block,
     Message,
     RedactedThinkingBlock,
     Request,
+    ServerBlock,
     StopReason,
     TextBlock,
     ThinkingBlock,
@@ -33,16 +38,34 @@ from hango.provider.messages import (
 
 
 class ModelError(Exception):
-    """A model call failed for good (after any retries); the message is the provider's own."""
+    """A model call failed for good (after any retries); the message is the provider's own.
+
+    ``status`` is the HTTP status of the failed attempt (None when no answer arrived or the
+    failure was not an HTTP one). ``transient`` is True when another attempt could have
+    succeeded (429, 529 or another 5xx, a connection failure) and nothing of the call had
+    reached the caller yet: the provider's retries are used up, and a fallback may send the
+    same call to another model. A rejected request (400, a context overflow, 401, ...) and a
+    stream broken after content was delivered are not transient.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
 
 
 @frozen
 class ModelResponse:
-    """The assistant message of one model call, its stop reason and its usage."""
+    """The assistant message of one model call, its stop reason and its usage.
+
+    ``stop_details`` is the provider's structured detail of the stop, when it sends one: for an
+    Anthropic refusal ``{"type": "refusal", "category": ..., "explanation": ...}``.
+    """
 
     message: Message
     stop_reason: StopReason
     usage: Usage
+    stop_details: Mapping[str, JSON] | None = None
 
 
 @runtime_checkable
@@ -54,9 +77,10 @@ class Model(Protocol):
 
 
 class _Part:
-    """One content block being built: its kind, text pieces and, for tool calls, id and name."""
+    """One content block being built: its kind, text pieces, and the kind's extras (signature
+    pieces, citations, a tool call's id and name, a server block's opening JSON)."""
 
-    __slots__ = ("id", "kind", "name", "pieces", "signature")
+    __slots__ = ("citations", "id", "kind", "name", "opening", "pieces", "signature")
 
     def __init__(self, kind: str, id: str = "", name: str = "") -> None:
         self.kind = kind
@@ -64,15 +88,22 @@ class _Part:
         self.name = name
         self.pieces: list[str] = []
         self.signature: list[str] = []
+        self.citations: list[Mapping[str, JSON]] = []
+        self.opening: Mapping[str, JSON] = {}
 
     def block(self) -> Block:
         text = "".join(self.pieces)
         if self.kind == "text":
-            return TextBlock(text)
+            return TextBlock(text, citations=tuple(self.citations))
         if self.kind == "thinking":
             return ThinkingBlock(text, "".join(self.signature))
         if self.kind == "redacted":
             return RedactedThinkingBlock(text)
+        if self.kind == "server":
+            # A server tool call's input arrives in pieces after an empty opening ``input``.
+            return ServerBlock(
+                {**self.opening, "input": _decode_arguments(text)} if self.pieces else self.opening
+            )
         return ToolUseBlock(self.id, self.name, _decode_arguments(text))
 
 
@@ -103,6 +134,11 @@ class Accumulator:
                 self._part(i, "thinking").pieces.append(text)
             case SignatureDelta(index=i, signature=sig):
                 self._part(i, "thinking").signature.append(sig)
+            case CitationDelta(index=i, citation=citation):
+                self._part(i, "text").citations.append(citation)
+            case ServerBlockStart(index=i, block=block):
+                part = self._parts[i] = _Part("server")
+                part.opening = block
             case RedactedThinking(index=i, data=data):
                 self._part(i, "redacted").pieces.append(data)
             case ToolUseStart(index=i, id=id_, name=name):
@@ -111,7 +147,7 @@ class Accumulator:
                 self._part(i, "tool").pieces.append(piece)
             case MessageStop():
                 self._stop = event
-            case ToolUseStop():
+            case ToolUseStop() | ProviderRetry():
                 pass
 
     def response(self) -> ModelResponse:
@@ -119,7 +155,10 @@ class Accumulator:
         if self._stop is None:
             raise ModelError("model stream ended without a message stop")
         blocks = tuple(part.block() for _, part in sorted(self._parts.items()))
-        return ModelResponse(Message("assistant", blocks), self._stop.stop_reason, self._stop.usage)
+        stop = self._stop
+        return ModelResponse(
+            Message("assistant", blocks), stop.stop_reason, stop.usage, stop.stop_details
+        )
 
 
 def _not_json(constant: str) -> object:

@@ -16,12 +16,20 @@ Request mapping (https://platform.openai.com/docs/api-reference/chat/create):
   wants each tool reply right after the assistant message that asked for it
   (https://platform.openai.com/docs/guides/function-calling). ``is_error`` has no field there;
   an error result's content says what went wrong.
-- An assistant message's text is ``content`` (``null`` when it has only tool calls) and its
+- An assistant message's text is ``content`` (``""`` when it has only tool calls: the spec
+  allows ``null`` there, but llama-cpp-python's server answers ``null`` with HTTP 500 and an
+  absent key breaks its chat template, while OpenAI, vLLM and llama.cpp all take ``""``) and its
   ``tool_use`` blocks are ``tool_calls`` entries ``{id, type: function, function: {name,
   arguments}}`` where ``arguments`` is the input as compact JSON, or the raw string the model
-  produced when that was not valid JSON. Thinking blocks have no Chat Completions field and are
-  not sent.
-- Tools are ``{type: function, function: {name, description, parameters}}``; the output limit
+  produced when that was not valid JSON. Thinking blocks, server blocks and citations have no
+  Chat Completions field and are not sent.
+- Tools are ``{type: function, function: {name, description, parameters}}`` (plus ``strict:
+  true`` for a strict ``ToolSpec``); ``tool_choice`` is ``"auto"``, ``"required"`` (hango's
+  ``any``), ``"none"`` or ``{type: function, function: {name}}``, and ``parallel_tool_calls``
+  is sent when the request sets it; both only with tools. ``Request.server_tools`` entries that
+  name one of the tools are Anthropic's ways of declaring that tool, so the tool is sent as a
+  function as usual; any other entry is a server tool Chat Completions cannot run, and the call
+  fails with ``ModelError`` naming it rather than silently running without it. The output limit
   goes in ``max_completion_tokens`` (what OpenAI's reasoning models require) or ``max_tokens``
   (what every compatible server reads), chosen by ``max_tokens_field``.
 
@@ -35,11 +43,14 @@ Finish reasons: ``stop`` -> ``end_turn``, ``length`` -> ``max_tokens``, ``tool_c
 deprecated ``function_call``) -> ``tool_use``, ``content_filter`` -> ``refusal``; a turn that
 streamed tool calls is ``tool_use`` even when a server reports ``stop``. Usage:
 ``prompt_tokens_details.cached_tokens`` is ``cache_read_input_tokens`` and is taken out of
-``input_tokens``, which (as with Anthropic) counts only uncached prompt tokens.
+``input_tokens``, which (as with Anthropic) counts only uncached prompt tokens. A server that
+sends no usage chunk (llama-cpp-python's) gives ``Usage.unknown()``, not zeros. A stream that
+ends without a finish reason fails with ``ModelError`` naming the URL that sent it.
 
 Errors (https://platform.openai.com/docs/guides/error-codes): 429 (except
-``insufficient_quota``), 5xx and connection errors are retried (see ``hango.provider.retry``);
-anything else raises ``ModelError`` with the server's own message. The SDK's own retries are
+``insufficient_quota``), 5xx (except one whose body says the request is invalid) and connection
+errors are retried (see ``hango.provider.retry``); anything else raises ``ModelError`` with the
+server's own message, and a connection error names the URL it tried. The SDK's own retries are
 switched off so these are the only ones.
 """
 
@@ -61,6 +72,7 @@ try:
         ChatCompletionFunctionToolParam,
         ChatCompletionMessageFunctionToolCallParam,
         ChatCompletionMessageParam,
+        ChatCompletionToolChoiceOptionParam,
     )
     from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 except ImportError as exc:  # the SDK is the optional extra
@@ -86,10 +98,13 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
+from hango.provider.model import ModelError
 from hango.provider.retry import (
     Failure,
     RetryPolicy,
+    connection_failure,
     is_transient_status,
+    request_rejected,
     retry_after_seconds,
     stream_with_retries,
 )
@@ -132,7 +147,9 @@ class OpenAIChatModel:
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
-    def from_env(cls, name: str, base_url: str | None = None) -> OpenAIChatModel:
+    def from_env(
+        cls, name: str, base_url: str | None = None, *, max_retries: int = 4
+    ) -> OpenAIChatModel:
         """Build from ``OPENAI_API_KEY``; ``base_url`` (else ``OPENAI_BASE_URL``) selects a
         compatible server, which gets ``max_tokens`` and needs no key unless it checks one.
 
@@ -149,18 +166,25 @@ class OpenAIChatModel:
             api_key = "unused"  # local servers usually check no key, but the SDK wants one
         client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
         field: MaxTokensField = "max_completion_tokens" if base_url is None else "max_tokens"
-        return cls(client, name, max_tokens_field=field)
+        return cls(client, name, max_retries=max_retries, max_tokens_field=field)
 
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Chat Completions call as hango events; raises ``ModelError``."""
-        return stream_with_retries(lambda: self._attempt(request), self.retry, _explain)
+        return stream_with_retries(
+            lambda: self._attempt(request), self.retry, _explain, self.provider_name
+        )
 
     async def _attempt(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        _refuse_server_tools(request)
         limit = request.max_tokens
+        tools = request.tools
+        parallel = request.parallel_tool_calls
         chat_stream = await self._client.chat.completions.create(
             model=self.name,
             messages=_messages(request),
-            tools=[_tool(t) for t in request.tools] if request.tools else openai.omit,
+            tools=[_tool(t) for t in tools] if tools else openai.omit,
+            tool_choice=_tool_choice(request) if tools else openai.omit,
+            parallel_tool_calls=parallel if tools and parallel is not None else openai.omit,
             temperature=openai.omit if request.temperature is None else request.temperature,
             stop=list(request.stop_sequences) or openai.omit,
             max_completion_tokens=limit
@@ -176,7 +200,10 @@ class OpenAIChatModel:
             async for chunk in chat_stream:
                 for event in mapper.map(chunk):
                     yield event
-            for event in mapper.end():
+            if mapper.finish_reason is None:
+                url = chat_stream.response.url
+                raise ModelError(f"openai: the stream from {url} ended without a finish reason")
+            for event in mapper.end(mapper.finish_reason):
                 yield event
 
 
@@ -198,11 +225,8 @@ def _assistant(message: Message) -> ChatCompletionAssistantMessageParam:
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
         for c in message.tool_uses
     ]
-    param: ChatCompletionAssistantMessageParam = {
-        "role": "assistant",
-        # null only beside tool calls: an assistant message must carry one or the other
-        "content": _content(texts) if texts else (None if calls else ""),
-    }
+    # "" rather than null beside tool calls: see the module docstring.
+    param: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": _content(texts)}
     if calls:
         param["tool_calls"] = calls
     return param
@@ -233,7 +257,7 @@ def _messages(request: Request) -> list[ChatCompletionMessageParam]:
 
 
 def _tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
-    return {
+    param: ChatCompletionFunctionToolParam = {
         "type": "function",
         "function": {
             "name": spec.name,
@@ -241,6 +265,29 @@ def _tool(spec: ToolSpec) -> ChatCompletionFunctionToolParam:
             "parameters": dict(spec.input_schema),
         },
     }
+    if spec.strict:
+        param["function"]["strict"] = True
+    return param
+
+
+def _tool_choice(request: Request) -> ChatCompletionToolChoiceOptionParam | openai.Omit:
+    choice = request.tool_choice
+    if choice is None:
+        return openai.omit
+    if choice.mode == "tool":
+        return {"type": "function", "function": {"name": str(choice.name)}}
+    return "required" if choice.mode == "any" else choice.mode
+
+
+def _refuse_server_tools(request: Request) -> None:
+    names = {spec.name for spec in request.tools}
+    server = [e for e in request.server_tools if e.get("name") not in names]
+    if server:
+        listed = ", ".join(str(e.get("type") or e.get("name")) for e in server)
+        raise ModelError(
+            f"openai: Chat Completions has no server tools; remove {listed} from server_tools "
+            "or use an anthropic: model"
+        )
 
 
 def _usage(usage: CompletionUsage) -> Usage:
@@ -261,7 +308,7 @@ class _ChunkMapper:
         self.tool_blocks: dict[int, int] = {}  # tool-call index -> block index
         self.finish_reason: str | None = None
         self.refused = False
-        self.usage = Usage()
+        self.usage: Usage | None = None  # None until a usage chunk arrives; some servers send none
 
     def _next_block(self) -> int:
         return len(self.tool_blocks) + (self.text_block is not None)
@@ -302,18 +349,15 @@ class _ChunkMapper:
                 self.finish_reason = choice.finish_reason
         return events
 
-    def end(self) -> list[StreamEvent]:
-        """The closing events, or none if no finish reason arrived (a cut-off stream, which the
-        accumulator then reports as a stream without a message stop)."""
-        if self.finish_reason is None:
-            return []
-        stop = _FINISH_REASONS.get(self.finish_reason, StopReason.END_TURN)
+    def end(self, finish_reason: str) -> list[StreamEvent]:
+        """The closing events of a stream that ended with ``finish_reason``."""
+        stop = _FINISH_REASONS.get(finish_reason, StopReason.END_TURN)
         if stop is StopReason.END_TURN and self.refused:
             stop = StopReason.REFUSAL
         elif stop is StopReason.END_TURN and self.tool_blocks:
             stop = StopReason.TOOL_USE
         closing: list[StreamEvent] = [ToolUseStop(b) for b in self.tool_blocks.values()]
-        return [*closing, MessageStop(stop, self.usage)]
+        return [*closing, MessageStop(stop, self.usage or Usage.unknown())]
 
 
 def _api_message(exc: openai.APIError) -> str:
@@ -327,14 +371,18 @@ def _explain(exc: Exception) -> Failure | None:
     if isinstance(exc, openai.APIStatusError):
         # insufficient_quota is a 429 that waiting does not fix
         quota = exc.code == "insufficient_quota"
+        status, text = exc.status_code, _api_message(exc)
         return Failure(
-            f"openai {exc.type or 'error'} (HTTP {exc.status_code}): {_api_message(exc)}",
-            transient=is_transient_status(exc.status_code) and not quota,
-            status=exc.status_code,
+            f"openai {exc.type or 'error'} (HTTP {status}): {text}",
+            transient=is_transient_status(status)
+            and not quota
+            and not request_rejected(status, text),
+            status=status,
             retry_after=retry_after_seconds(exc.response.headers),
         )
     if isinstance(exc, openai.APIConnectionError):
-        return Failure(f"openai: {exc.message}", transient=True)
+        # also raised by the SDK when the connection breaks while the stream is read
+        return connection_failure("openai", exc.request.url, exc)
     if isinstance(exc, openai.APIError):  # an error object inside the stream
         return Failure(f"openai {exc.type or 'error'} (in stream): {_api_message(exc)}", False)
     if isinstance(exc, openai.OpenAIError):

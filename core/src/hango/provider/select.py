@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hango.config import hango_settings, int_setting
 from hango.provider.model import Model
+
+#: Further attempts after a transient provider failure, unless HANGO_MODEL_RETRIES says otherwise.
+DEFAULT_RETRIES = 4
 
 
 class ModelSpecError(ValueError):
@@ -19,7 +23,10 @@ def model_from_spec(
 
     ``scripted:PATH`` is resolved against ``base_dir`` (the agent file's folder) when relative.
     ``base_url`` points an ``openai:`` model at any OpenAI-compatible server.
-    Raises ``ModelSpecError`` (and ``ScriptError`` for a malformed script).
+    ``HANGO_MODEL_RETRIES`` (default 4, 0 for none) is how often a provider retries a transient
+    failure.
+    Raises ``ModelSpecError`` (and ``ScriptError`` for a malformed script, ``ConfigError`` for a
+    bad ``HANGO_MODEL_RETRIES``).
     """
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
@@ -36,11 +43,15 @@ def model_from_spec(
     if kind == "anthropic":
         from hango.provider.anthropic import AnthropicModel
 
-        return AnthropicModel.from_env(rest, base_url=base_url)
+        return AnthropicModel.from_env(rest, base_url=base_url, max_retries=_retries())
     if kind == "openai":
         from hango.provider.openai import OpenAIChatModel
 
-        return OpenAIChatModel.from_env(rest, base_url=base_url)
+        return OpenAIChatModel.from_env(rest, base_url=base_url, max_retries=_retries())
     raise ModelSpecError(
         f"unknown model provider {kind!r} in {spec!r} (scripted, anthropic, openai)"
     )
+
+
+def _retries() -> int:
+    return int_setting(hango_settings(), "HANGO_MODEL_RETRIES", DEFAULT_RETRIES, minimum=0)

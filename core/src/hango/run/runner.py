@@ -185,6 +185,7 @@ class Harness:
             agent_middleware=agent.middleware_names,
             middleware_options=agent.options,
             source=source,
+            base_dir=agent.base_dir,
         )
 
     def installed_middleware(self) -> frozenset[str]:
@@ -372,7 +373,10 @@ class Harness:
                         agent.system_blocks,
                         agent.max_turns,
                         agent.max_tokens,
-                        self.max_result_chars,
+                        tool_choice=agent.tool_choice,
+                        parallel_tool_calls=agent.parallel_tool_calls,
+                        server_tools=agent.server_tools,
+                        max_result_chars=self.max_result_chars,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,

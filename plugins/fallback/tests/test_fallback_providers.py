@@ -1,0 +1,158 @@
+"""hango-fallback over the real provider clients (HTTP served by a mock transport): the switch
+follows what the provider reports after its own retries."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from hango import (
+    Message,
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    Request,
+    ScriptedModel,
+    State,
+)
+from hango.agent.chain import Chain
+from hango.provider.anthropic import AnthropicModel
+from hango.provider.model import accumulate
+from hango.provider.openai import OpenAIChatModel
+from hango_fallback import ModelFallbackMiddleware
+
+pytestmark = pytest.mark.anyio
+
+Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # The vendors' async SDK clients run on asyncio only.
+    return "asyncio"
+
+
+def anthropic_error(status: int, kind: str, text: str) -> httpx2.Response:
+    body = {"type": "error", "error": {"type": kind, "message": text}}
+    return httpx2.Response(status, json=body)
+
+
+class Server:
+    """Answers every request with ``answer(request)`` and counts them."""
+
+    def __init__(self, answer: Handler) -> None:
+        self.answer = answer
+        self.requests: list[httpx2.Request] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        return self.answer(request)
+
+
+def on_anthropic(server: Server) -> Model:
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(server))
+    client = anthropic.AsyncAnthropic(api_key="k", http_client=http)
+    return AnthropicModel(client, "claude-test", max_retries=1, base_delay=0.001)
+
+
+def on_openai(server: Server) -> Model:
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(server))
+    client = openai.AsyncOpenAI(api_key="k", http_client=http)
+    return OpenAIChatModel(client, "gpt-4.1", max_retries=1, base_delay=0.001)
+
+
+def refuse(request: httpx2.Request) -> httpx2.Response:
+    raise httpx2.ConnectError("connection refused", request=request)
+
+
+async def call(run_model: Model, backup: Model) -> ModelResponse:
+    async def base(req: ModelRequest) -> ModelResponse:
+        assert req.model is not None
+        return await accumulate(req.model.stream(req.request))
+
+    state = State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
+    request = Request(model="claude-test", messages=(Message.user("hi"),))
+    chain = Chain.build([ModelFallbackMiddleware([("scripted:backup", backup)])])
+    return await chain.model_call(ModelRequest(request, state, model=run_model), base)
+
+
+def spend_limit(_: httpx2.Request) -> httpx2.Response:
+    error = {
+        "type": "rate_limit_error",
+        "message": "spend limit reached",
+        "details": {"error_code": "enforced_spend_limit_reached"},
+    }
+    return httpx2.Response(429, json={"type": "error", "error": error})
+
+
+@pytest.mark.parametrize(
+    ("build", "answer", "attempts"),
+    [
+        (on_anthropic, lambda _: anthropic_error(529, "overloaded_error", "Overloaded"), 2),
+        (on_anthropic, lambda _: anthropic_error(500, "api_error", "Internal server error"), 2),
+        (on_anthropic, refuse, 2),
+        # Not retried (waiting does not lift a spend limit), but another provider can serve.
+        (on_anthropic, spend_limit, 1),
+        (on_openai, lambda _: httpx2.Response(503, json={"error": {"message": "unavailable"}}), 2),
+    ],
+    ids=[
+        "anthropic-overloaded",
+        "anthropic-5xx",
+        "anthropic-no-connection",
+        "anthropic-spend-limit",
+        "openai-5xx",
+    ],
+)
+async def test_a_failure_the_provider_could_not_get_past_switches_models(
+    build: Callable[[Server], Model], answer: Handler, attempts: int
+) -> None:
+    server = Server(answer)
+    backup = ScriptedModel.from_turns([{"text": "from the backup"}])
+    response = await call(build(server), backup)
+    assert response.message.text == "from the backup"
+    assert len(server.requests) == attempts  # the provider's own retries came first
+
+
+@pytest.mark.parametrize(
+    ("build", "answer"),
+    [
+        (
+            on_anthropic,
+            lambda _: anthropic_error(
+                400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"
+            ),
+        ),
+        (
+            on_anthropic,
+            lambda _: anthropic_error(400, "invalid_request_error", "messages.0: bad role"),
+        ),
+        (
+            on_openai,
+            lambda _: httpx2.Response(
+                400,
+                json={
+                    "error": {
+                        "message": "This model's maximum context length is 128000 tokens.",
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                },
+            ),
+        ),
+    ],
+    ids=["anthropic-context-overflow", "anthropic-bad-request", "openai-context-overflow"],
+)
+async def test_a_rejected_request_never_switches_models(
+    build: Callable[[Server], Model], answer: Handler
+) -> None:
+    server = Server(answer)
+    backup = ScriptedModel.from_turns([{"text": "from the backup"}])
+    with pytest.raises(ModelError, match="HTTP 400"):
+        await call(build(server), backup)
+    assert len(server.requests) == 1
