@@ -20,6 +20,7 @@ import pytest
 from hango import (
     Message,
     StackConfig,
+    State,
     TextBlock,
     ToolCallRequest,
     ToolHandler,
@@ -135,6 +136,94 @@ async def test_a_harness_that_changes_a_call_is_caught(tmp_path: Path) -> None:
         await store.aclose()
     assert failure is not None
     assert failure.startswith("multi_turn_base_2 turn 1: state differs at GorillaFileSystem.root")
+
+
+class _EditEarlierResult:
+    """A run hook (in the free ``skills`` slot) that, from the second turn on, changes the
+    first tool result saved in the session: no turn's own check looks back at it."""
+
+    name = "skills"
+
+    async def before_run(self, state: State) -> None:
+        prompts = [m for m in state.messages if m.role == "user" and not m.tool_results]
+        if len(prompts) < 2:
+            return
+        for i, message in enumerate(state.messages):
+            if message.tool_results:
+                first, *rest = message.content
+                assert isinstance(first, ToolResultBlock)
+                edited = attrs.evolve(first, content=first.content + " (edited)")
+                state.messages[i] = Message("user", (edited, *rest))
+                return
+
+
+class _RunLastFirst:
+    """A tool wrapper (in the free ``memory`` slot) that runs the last call of a batch of
+    three calls to one tool first, and answers it from what it got then: every result and
+    the final state are as they would be, only the order the API saw is not."""
+
+    name = "memory"
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        batch = next_batch(req.state)
+        if len(batch) < 3 or len({u.name for u in batch}) != 1:
+            return await next(req)
+        if req.call.id == batch[0].id:
+            req.state.scratch["early"] = await next(attrs.evolve(req, call=batch[-1]))
+        elif req.call.id == batch[-1].id:
+            return req.state.scratch.pop("early")  # type: ignore[no-any-return]
+        return await next(req)
+
+
+def next_batch(state: State) -> tuple[ToolUseBlock, ...]:
+    return next(m.tool_uses for m in reversed(state.messages) if m.role == "assistant")
+
+
+def _plugins_with(middleware: object) -> Any:
+    class Plugin:
+        @hookimpl
+        def hango_middleware(self, config: StackConfig) -> object:
+            return middleware
+
+    plugins = make_plugin_manager(env={})
+    plugins.register(Plugin(), name="misbehaving")
+    return plugins
+
+
+@pytest.mark.anyio
+async def test_a_harness_that_edits_an_earlier_turns_result_is_caught(tmp_path: Path) -> None:
+    from bench.bfcl.run import Stats, run_task
+
+    (task,) = _tasks("multi_turn_base", [2])
+    store = await open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        failure = await run_task(
+            task, store, _plugins_with(_EditEarlierResult()), {}, Stats("multi_turn_base")
+        )
+    finally:
+        await store.aclose()
+    assert failure is not None
+    assert failure.startswith("multi_turn_base_2 session: turn 0: call 0 (cd) result ")
+    assert "(edited)" in failure
+
+
+@pytest.mark.anyio
+async def test_a_batch_run_out_of_order_is_caught(tmp_path: Path) -> None:
+    from bench.bfcl.run import Stats, run_task
+
+    (task,) = _tasks("multi_turn_base", [15])  # turn 3: wc in modes l, w, c (read only)
+    store = await open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        failure = await run_task(
+            task, store, _plugins_with(_RunLastFirst()), {}, Stats("multi_turn_base")
+        )
+    finally:
+        await store.aclose()
+    assert failure == (
+        "multi_turn_base_15 turn 3: execution log: executed call 0 is ('wc', {'file_name': "
+        "'DataSet1.csv', 'mode': 'c'}); the ground truth's is ('wc', {'file_name': "
+        "'DataSet1.csv', 'mode': 'l'})"
+    )
 
 
 def test_first_difference_names_the_attribute() -> None:

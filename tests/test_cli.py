@@ -53,7 +53,7 @@ def test_run_list_show(tmp_path: Path) -> None:
     roles = [m["role"] for m in doc["messages"]]
     assert roles[0] == "user" and roles[-1] == "assistant"
     assert doc["messages"][0]["content"] == [{"type": "text", "text": "What are the open risks?"}]
-    assert doc["state"]["version"] == 1
+    assert doc["state"]["version"] == 2
     assert any(
         b["type"] == "tool_result" and b.get("is_error")
         for m in doc["messages"] for b in m["content"]

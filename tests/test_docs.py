@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -41,3 +41,13 @@ def test_python_example_runs(where: str, code: str, tmp_path: Path) -> None:
 def test_relative_links_resolve(doc: Path) -> None:
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
         assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def test_the_docs_hold_nothing_of_one_machine_or_one_team() -> None:
+    """Contributor docs are about the project: no absolute paths of a machine, no notes about
+    who commits (they once lived in docs/TEAM.md)."""
+    assert not (REPO / "docs" / "TEAM.md").exists()
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        assert "/work/" not in text, f"{doc.name} holds a path of one machine"
+        assert "the lead commits" not in text.lower(), f"{doc.name} holds notes about one team"

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hango_allowlist
+import hango_approval
 import hango_fallback
 import hango_prompt_cache
 import hango_repair
@@ -55,6 +56,7 @@ STACK = [
     "repeat_call",
     "model_fallback",
     "prompt_cache",
+    "human_in_the_loop",
     "tool_allowlist",
 ]
 PLUGINS: dict[str, ModuleType] = {
@@ -64,6 +66,7 @@ PLUGINS: dict[str, ModuleType] = {
     "repair": hango_repair,
     "fallback": hango_fallback,
     "prompt_cache": hango_prompt_cache,
+    "approval": hango_approval,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -73,6 +76,7 @@ SLOTS = {
     "repair": "repair_tool_calls",
     "fallback": "model_fallback",
     "prompt_cache": "prompt_cache",
+    "approval": "human_in_the_loop",
 }
 
 
@@ -125,6 +129,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("repeat_call", "hango-repeat", "repeat_call"),
         ("model_fallback", "hango-fallback", "model_fallback"),
         ("prompt_cache", "hango-prompt-cache", "prompt_cache"),
+        ("human_in_the_loop", "hango-approval", "human_in_the_loop"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
     assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]

@@ -12,8 +12,9 @@ import sys
 import anyio
 
 from bench.bfcl.data import BfclMissing, categories, load_tasks
-from bench.bfcl.run import default_db, redact, report, run_tasks
+from bench.bfcl.run import default_db, report, run_tasks
 from hango.config import hango_settings
+from hango.redact import redact_url
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,11 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
         db = args.db or default_db(args.category, "-resume")
         resumed = anyio.run(run_resume_tasks, tasks, args.category, db, settings, args.kill)
-        print(resume_report(resumed, redact(db), version))
+        print(resume_report(resumed, redact_url(db), version))
         return 0 if resumed.passed == resumed.tasks else 1
     db = args.db or default_db(args.category)
     stats = anyio.run(run_tasks, tasks, args.category, db, settings)
-    print(report(stats, redact(db), version))
+    print(report(stats, redact_url(db), version))
     return 0 if stats.passed == stats.tasks else 1
 
 

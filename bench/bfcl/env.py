@@ -13,7 +13,7 @@ import importlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -66,11 +66,18 @@ class ApiEnv:
     """The API instances of one task (class name -> instance) and their public methods.
 
     ``calls`` and ``api_seconds`` count the calls made through ``call`` and the time spent
-    inside the methods.
+    inside the methods; ``log`` lists every call made, in order, as ``(tool_use id, name,
+    arguments)``: the order the APIs saw, which a harness that reorders a batch changes even
+    when every result and the final state come out the same.
     """
 
-    def __init__(self, instances: Mapping[str, object]) -> None:
+    def __init__(
+        self,
+        instances: Mapping[str, object],
+        log: Sequence[tuple[str | None, str, dict[str, Any]]] = (),
+    ) -> None:
         self.instances = dict(instances)
+        self.log = list(log)
         self.methods: dict[str, Callable[..., Any]] = {
             name: method
             for instance in self.instances.values()
@@ -95,9 +102,9 @@ class ApiEnv:
         return cls(instances)
 
     def call(self, name: str, arguments: Mapping[str, Any], call_id: str | None = None) -> Outcome:
-        """Call method ``name`` with keyword ``arguments``. An exception it raises becomes an
-        error outcome with BFCL's wording. ``call_id`` (the tool_use id) is unused here; a
-        durable environment keys its journal by it."""
+        """Call method ``name`` with keyword ``arguments`` and add it to ``log`` under
+        ``call_id`` (the tool_use id). An exception it raises becomes an error outcome with
+        BFCL's wording."""
         method = self.methods.get(name)
         if method is None:
             return Outcome(None, f"Error during execution: no method named {name!r}", True, 0.0)
@@ -105,10 +112,10 @@ class ApiEnv:
         # literal: some methods keep what they are given (TwitterAPI.post_tweet stores its
         # mentions list and mention() later extends it), which would otherwise change the
         # caller's objects: for a hango tool, the tool_use input in the run's history.
-        arguments = copy.deepcopy(dict(arguments))
+        given = copy.deepcopy(dict(arguments))
         start = time.perf_counter()
         try:
-            value = method(**arguments)
+            value = method(**given)
         except Exception as exc:
             seconds = time.perf_counter() - start
             outcome = Outcome(None, error_text(exc), True, seconds)
@@ -117,6 +124,7 @@ class ApiEnv:
             outcome = Outcome(value, result_text(value), False, seconds)
         self.calls += 1
         self.api_seconds += seconds
+        self.log.append((call_id, name, copy.deepcopy(dict(arguments))))
         return outcome
 
 

@@ -47,25 +47,23 @@ import anyio
 import anyio.to_thread
 from attrs import define, field, frozen
 
-from bench.bfcl.calls import Call, as_json
+from bench.bfcl.calls import Call
 from bench.bfcl.data import Task, load_tasks
-from bench.bfcl.env import ApiEnv, Outcome, bfcl_text, first_difference
-from bench.bfcl.replay import ReplayModel, call_id, call_index, position
-from bench.bfcl.run import DATA_DIR, BfclExecutor, Stats, agent_for, bench_settings, parsed_calls
+from bench.bfcl.env import ApiEnv, Outcome
+from bench.bfcl.replay import ReplayModel, call_id, position
+from bench.bfcl.run import DATA_DIR, Stats, agent_for, bench_settings, parsed_calls
+from bench.bfcl.session import check_session
 from bench.bfcl.tools import build_registry
 from hango import (
     Harness,
-    Message,
     Request,
     RunStatus,
     RunStore,
-    TextBlock,
     make_plugin_manager,
     open_store,
 )
 from hango.config import DEFAULT_TENANT
 from hango.provider.events import StreamEvent
-from hango_repair import INTERRUPTED
 
 Phase = Literal["stream", "batch", "effect"]
 PHASES: tuple[Phase, ...] = ("stream", "batch", "effect")
@@ -106,9 +104,9 @@ def kill_plan(task: Task, calls: Sequence[Sequence[Call]], phase: Phase) -> Kill
 
 
 class DurableEnv(ApiEnv):
-    """An ``ApiEnv`` that outlives its process: after each call it saves its instances and the
-    log of executed calls (``(tool_use id, name, arguments)``) to ``path`` (pickle, written
-    to a temporary file and renamed, so a kill leaves the old or the new file, never half)."""
+    """An ``ApiEnv`` that outlives its process: after each call it saves its instances and its
+    log of executed calls to ``path`` (pickle, written to a temporary file and renamed, so a
+    kill leaves the old or the new file, never half)."""
 
     def __init__(
         self,
@@ -117,9 +115,8 @@ class DurableEnv(ApiEnv):
         log: Sequence[tuple[str | None, str, dict[str, Any]]] = (),
         kill: KillPoint | None = None,
     ) -> None:
-        super().__init__(instances)
+        super().__init__(instances, log)
         self.path = path
-        self.log = list(log)
         self.kill = kill
 
     @classmethod
@@ -145,7 +142,6 @@ class DurableEnv(ApiEnv):
         if here == "batch":
             die()
         outcome = super().call(name, arguments, call_id)
-        self.log.append((call_id, name, dict(arguments)))
         self.save()
         if here == "effect":
             die()
@@ -224,106 +220,6 @@ class ResumeStats:
     failures: list[str] = field(factory=list)
 
 
-def _turns(history: Sequence[Message]) -> list[list[Message]]:
-    """The session history split at each user message with text (one list per turn)."""
-    turns: list[list[Message]] = []
-    for message in history:
-        if message.role == "user" and any(isinstance(b, TextBlock) for b in message.content):
-            turns.append([])
-        if turns:
-            turns[-1].append(message)
-    return turns
-
-
-def check_resumed(
-    task: Task, calls: Sequence[Sequence[Call]], history: Sequence[Message], env: DurableEnv
-) -> tuple[str | None, int]:
-    """The checks of the module docstring on a finished task; returns the first failure (or
-    None) and the number of calls answered as interrupted."""
-    expected_log = [
-        (call.name, as_json(call.arguments))
-        for turn, turn_calls in enumerate(calls)
-        for call in turn_calls
-        if call.name not in task.held_out(turn)
-    ]
-    executed = [(name, as_json(arguments)) for _, name, arguments in env.log]
-    interrupted = sum(
-        1 for m in history for r in m.tool_results if r.is_error and r.content == INTERRUPTED
-    )
-    if executed != expected_log:
-        return _log_difference(executed, expected_log), interrupted
-    turns = _turns(history)
-    if len(turns) != len(task.turns):
-        return f"the session has {len(turns)} turns, the task {len(task.turns)}", interrupted
-    reference = ApiEnv.from_task(task)
-    bfcl = BfclExecutor(task)
-    bfcl_instances: dict[str, object] = {}
-    try:
-        for turn, messages in enumerate(turns):
-            problem, bfcl_instances = _check_resumed_turn(
-                task, turn, calls[turn], messages, reference, bfcl
-            )
-            if problem is not None:
-                return f"turn {turn}: {problem}", interrupted
-        difference = first_difference(env.instances, reference.instances)
-        if difference is not None:
-            return f"final state differs at {difference}", interrupted
-        verdict = bfcl.state_error(env.instances, bfcl_instances)
-        if verdict:
-            return f"BFCL's state_checker rejects the final state: {verdict}", interrupted
-        return None, interrupted
-    finally:
-        bfcl.close()
-
-
-def _check_resumed_turn(
-    task: Task,
-    turn: int,
-    calls: Sequence[Call],
-    messages: Sequence[Message],
-    reference: ApiEnv,
-    bfcl: BfclExecutor,
-) -> tuple[str | None, dict[str, object]]:
-    """One turn: each ground-truth call has exactly one completed result, equal to the direct
-    call's (a held-out call's is the allowlist's refusal), and the direct calls agree with
-    BFCL's executor. Returns the problem (or None) and BFCL's instances after the turn."""
-    results = {r.tool_use_id: r for m in messages for r in m.tool_results}
-    completed: dict[int | None, list[str]] = {}
-    for use in (u for m in messages for u in m.tool_uses):
-        result = results.get(use.id)
-        if result is not None and result.is_error and result.content == INTERRUPTED:
-            continue
-        completed.setdefault(call_index(use.id), []).append(
-            "" if result is None else result.content
-        )
-    if set(completed) != set(range(len(calls))):
-        return f"completed calls {sorted(completed, key=str)}, expected {len(calls)}", {}
-    rendered = []
-    for index, call in enumerate(calls):
-        outcome = reference.call(call.name, call.arguments)
-        rendered.append(bfcl_text(outcome))
-        saved = completed[index]
-        if len(saved) != 1:
-            return f"call {index} ({call.name}) has {len(saved)} completed results", {}
-        if call.name not in task.held_out(turn) and saved[0] != outcome.text:
-            problem = f"result {saved[0][:200]!r} != direct {outcome.text[:200]!r}"
-            return f"call {index} ({call.name}) {problem}", {}
-    bfcl_results, bfcl_instances = bfcl.run(task.ground_truth[turn])
-    if rendered != bfcl_results:
-        return f"direct results {rendered} differ from BFCL's executor {bfcl_results}", {}
-    return None, bfcl_instances
-
-
-def _log_difference(executed: list[Any], expected: list[Any]) -> str:
-    """The first place the executed calls leave the ground truth's list, said plainly."""
-    for i, have in enumerate(executed):
-        want = expected[i] if i < len(expected) else None
-        if have != want:
-            again = " again (executed twice)" if have in expected[:i] else ""
-            return f"executed call {i} is {have}{again}; the ground truth's is {want}"
-    return f"{len(executed)} calls executed, the ground truth has {len(expected)}"
-
-
 async def resume_task(
     task: Task,
     kill: KillPoint,
@@ -386,7 +282,7 @@ async def resume_task(
             return f"{task.id} turn {turn}: resumed run {finished.status}: {finished.error}"
     stats.tool_calls += len(env.log)
     history = await store.load_messages(DEFAULT_TENANT, session)
-    problem, interrupted = check_resumed(task, calls, history, env)
+    problem, interrupted = check_session(task, calls, history, env)
     stats.reissued += interrupted
     return None if problem is None else f"{task.id} (killed at {kill}): {problem}"
 

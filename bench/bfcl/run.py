@@ -4,7 +4,9 @@ Each task is one session; each user turn one run (``Harness.start`` + ``execute`
 default stack, persisted in the store. After every turn the bench checks, and reports the first
 failure as ``<task id> turn <i>: <what differs>``:
 
-1. the run completed and called exactly the ground-truth calls, in order;
+1. the run completed and called exactly the ground-truth calls, and the APIs executed them in
+   that order (the execution log: a reordered batch can leave every result and the state as
+   they would be, and still be wrong);
 2. every tool result saved in the session equals the result of the same call made directly
    on a second set of instances (the reference), error flag included;
 3. each API instance's public attributes equal the reference's (BFCL's state comparison);
@@ -13,14 +15,16 @@ failure as ``<task id> turn <i>: <what differs>``:
    ``state_checker`` accepts hango's instances);
 5. for tasks with held-out functions (``multi_turn_miss_func``), the model was offered exactly
    the functions available at that turn.
+
+At the end of every task the whole saved session is checked again from its first turn
+(``session.check_session``, as resume mode does): a harness that rewrites an earlier turn's
+results, which each turn's own check no longer looks at, fails there.
 """
 
 from __future__ import annotations
 
 import collections
-import re
 import time
-import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,10 +33,11 @@ from typing import Any, cast
 from attrs import define, field
 
 from bench.bfcl.calls import Call, as_json, parse_call
-from bench.bfcl.data import Task, bfcl_module
+from bench.bfcl.data import Task
 from bench.bfcl.env import ApiEnv, bfcl_text, first_difference
 from bench.bfcl.replay import ReplayModel
 from bench.bfcl.schema import ERRATA, parameter_names
+from bench.bfcl.session import BfclExecutor, check_session, log_difference
 from bench.bfcl.tools import build_registry, task_docs
 from hango import (
     AgentDefinition,
@@ -145,42 +150,6 @@ class CallTimer:
                 self.stats.window_seconds += time.perf_counter() - begun
 
 
-class BfclExecutor:
-    """BFCL's own executor (``execute_multi_turn_func_call``) on one task's ground truth.
-
-    BFCL keeps its instances in its module's globals under a name built from the model name
-    and task id; a fresh model name per executor keeps repeated runs in one process apart, and
-    ``close`` deletes them.
-    """
-
-    def __init__(self, task: Task) -> None:
-        self.task = task
-        self.utils = bfcl_module("eval_checker.multi_turn_eval.multi_turn_utils")
-        self.checker = bfcl_module("eval_checker.multi_turn_eval.multi_turn_checker")
-        self.model_name = f"hango_bench_{uuid.uuid4().hex}"
-
-    def run(self, calls: Sequence[str]) -> tuple[list[str], dict[str, object]]:
-        results, instances = self.utils.execute_multi_turn_func_call(
-            list(calls),
-            dict(self.task.initial_config),
-            list(self.task.involved_classes),
-            self.model_name,
-            self.task.id,
-            long_context=self.task.long_context,
-        )
-        return list(results), dict(instances)
-
-    def state_error(self, actual: Mapping[str, object], expected: Mapping[str, object]) -> str:
-        """BFCL's ``state_checker`` verdict: "" when valid, else its differences."""
-        verdict = self.checker.state_checker(dict(actual), dict(expected))
-        return "" if verdict["valid"] else str(verdict["details"]["differences"])[:300]
-
-    def close(self) -> None:
-        prefix = re.sub(r"[-./:]", "_", f"{self.model_name}_{self.task.id}_")
-        for name in [n for n in vars(self.utils) if n.startswith(prefix)]:
-            delattr(self.utils, name)
-
-
 def parsed_calls(task: Task) -> list[list[Call]]:
     """The task's ground truth parsed into calls, per turn."""
     docs = task_docs(task)
@@ -218,15 +187,15 @@ def check_turn(
     turn: int,
     calls: Sequence[Call],
     run_messages: Sequence[Message],
-    executed: int,
+    executed: Sequence[tuple[str, Any]],
     env: ApiEnv,
     reference: ApiEnv,
     bfcl: BfclExecutor,
     stats: Stats,
 ) -> str | None:
     """Run turn ``turn``'s calls on ``reference`` and compare (module docstring, checks 1-4);
-    ``executed`` is the number of API calls hango made in the turn. Returns the first
-    difference or None.
+    ``executed`` lists the API calls hango made in the turn, in order, as ``(name, arguments
+    as JSON)``. Returns the first difference or None.
 
     A ground-truth call to a function still held out at this turn (a defect of the data: the
     model was never offered it) must be refused by hango's allowlist, so its saved result must
@@ -252,7 +221,6 @@ def check_turn(
         # Rendered at once: a method may return its live internal state, which later calls
         # change (BFCL renders each result as soon as the call returns, too).
         rendered.append(bfcl_text(outcome))
-    refused = 0
     for index, (use, outcome) in enumerate(zip(uses, direct, strict=True)):
         saved = results.get(use.id, [])
         if len(saved) != 1:
@@ -260,7 +228,6 @@ def check_turn(
         if use.name in held:
             if not saved[0].is_error:
                 return f"call {index} ({use.name}) is held out, yet it ran: {saved[0].content!r}"
-            refused += 1
             stats.notes.append(
                 f"{task.id} turn {turn}: the ground truth calls {use.name}, which the task "
                 f"holds out until a later turn; the allowlist refused it"
@@ -270,11 +237,12 @@ def check_turn(
                 f"call {index} ({use.name}) result {saved[0].content[:200]!r} "
                 f"!= direct {outcome.text[:200]!r}"
             )
-    if executed != len(calls) - refused:
-        return f"{executed} API calls made for {len(calls) - refused} allowed calls"
     difference = first_difference(env.instances, reference.instances)
     if difference is not None:
         return f"state differs at {difference}"
+    allowed = [(c.name, as_json(c.arguments)) for c in calls if c.name not in held]
+    if list(executed) != allowed:
+        return f"execution log: {log_difference(list(executed), allowed)}"
     bfcl_results, bfcl_instances = bfcl.run(task.ground_truth[turn])
     if rendered != bfcl_results:
         return f"direct results {rendered} differ from BFCL's executor {bfcl_results}"
@@ -315,7 +283,7 @@ async def run_task(
     session: uuid.UUID | None = None
     try:
         for turn, text in enumerate(task.turns):
-            calls_before, api_before = env.calls, env.api_seconds
+            calls_before, api_before, logged = env.calls, env.api_seconds, len(env.log)
             start = time.perf_counter()
             run = await harness.start(agent_for(task, turn, registry), text, session_id=session)
             finished = await harness.execute(run.id, emit=timer)
@@ -332,7 +300,7 @@ async def run_task(
                 turn,
                 calls[turn],
                 history[run.message_start :],
-                env.calls - calls_before,
+                [(name, as_json(arguments)) for _, name, arguments in env.log[logged:]],
                 env,
                 reference,
                 bfcl,
@@ -344,7 +312,10 @@ async def run_task(
             problem = check_offered(task, model, registry)
             if problem is not None:
                 return f"{task.id} {problem}"
-        return None
+        assert session is not None
+        history = await store.load_messages(harness.tenant_id, session)
+        problem, _ = check_session(task, calls, history, env)
+        return None if problem is None else f"{task.id} session: {problem}"
     finally:
         bfcl.close()
 
@@ -365,15 +336,6 @@ def bench_settings(
             f"{settings[THRESHOLD_VARIABLE]} for these runs"
         )
     return settings
-
-
-def redact(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***`` (reports are printed)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def default_db(category: str, suffix: str = "") -> str:

@@ -13,6 +13,7 @@ from conftest import Install
 from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
 from hango.agent.stack import discover
 from hango.cli import main
+from hango.plugins import PluginWarning
 
 
 def test_plugin_installed_through_its_entry_point(install: Install) -> None:
@@ -28,9 +29,31 @@ def test_plugin_installed_through_its_entry_point(install: Install) -> None:
 
 def test_blocking_by_environment_variable(install: Install) -> None:
     install("hango-testplug", "testplug", "memory")
-    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug "})
+    with pytest.warns(
+        PluginWarning, match="HANGO_DISABLE_PLUGINS names no installed plugin: other"
+    ):
+        pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug "})
     assert not pm.has_plugin("testplug")
     assert "memory" not in [m.name for m in default_stack(StackConfig(), pm)]
+
+
+def test_default_stack_honours_the_settings_it_is_given(install: Install) -> None:
+    install("hango-testplug", "testplug", "memory")
+    disabled = StackConfig(settings={"HANGO_DISABLE_PLUGINS": "testplug"})
+    assert "memory" not in [m.name for m in default_stack(disabled)]
+    assert "memory" in [m.name for m in default_stack(StackConfig(settings={}))]
+
+
+def test_an_unknown_name_to_disable_is_warned_about(install: Install) -> None:
+    install("hango-testplug", "testplug", "memory")
+    with pytest.warns(PluginWarning) as caught:
+        pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "testplg,todo"})
+    (warning,) = caught
+    assert str(warning.message).startswith(
+        "HANGO_DISABLE_PLUGINS names no installed plugin: testplg (installed: "
+    )
+    assert "testplug" in str(warning.message)
+    assert pm.has_plugin("testplug") and not pm.has_plugin("todo")
 
 
 def test_two_distributions_claiming_one_name_is_an_error_naming_both(install: Install) -> None:

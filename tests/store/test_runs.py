@@ -339,7 +339,7 @@ async def test_corrupt_state_fails_only_its_own_run_naming_the_middleware_and_fi
     assert done[0].status is RunStatus.COMPLETED
     assert done[1].status is RunStatus.FAILED
     assert done[1].error == str(
-        StateError("counter", "$.count", "invalid value for type, expected int")
+        StateError("counter", "$.count", "expected an integer, got str 'many'")
     )
     assert done[2].status is RunStatus.FAILED
     assert done[2].error is not None

@@ -35,6 +35,7 @@ PHASE_STACK = (
     "repeat_call",
     "model_fallback",
     "prompt_cache",
+    "human_in_the_loop",
     "tool_allowlist",
 )
 

@@ -307,6 +307,7 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
             "repeat_call",
             "model_fallback",
             "prompt_cache",
+            "human_in_the_loop",
             "tool_allowlist",
         )
     )

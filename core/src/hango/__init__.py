@@ -5,10 +5,13 @@ middleware contract and chain (``hango.agent``), plugins (``hango.hookspecs``), 
 stores (``hango.run``, ``hango.store``).
 """
 
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError
+from hango.agent.decisions import DecisionRefused
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunFinished,
     RunStarted,
@@ -18,7 +21,14 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
-from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.interrupt import (
+    Decision,
+    Interrupt,
+    InterruptError,
+    PendingAction,
+    argument_digest,
+)
+from hango.agent.loop import LoopSettings, held_calls, run_loop
 from hango.agent.middleware import (
     Middleware,
     ModelHandler,
@@ -63,7 +73,7 @@ from hango.provider import (
     ToolUseBlock,
     Usage,
 )
-from hango.run import Harness, RunNotResumable
+from hango.run import Decided, Harness, RunNotResumable
 from hango.store import RunStore, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
@@ -74,20 +84,29 @@ __all__ = [
     "STACK_ORDER",
     "AgentDefinition",
     "AgentFileError",
+    "AttemptDiscarded",
     "Chain",
     "ConfigError",
+    "Decided",
+    "Decision",
+    "DecisionRefused",
     "Event",
     "Harness",
+    "Interrupt",
+    "InterruptError",
+    "InterruptRaised",
     "LoopSettings",
     "Message",
     "MessageCompleted",
     "Middleware",
+    "MiddlewareError",
     "Model",
     "ModelError",
     "ModelHandler",
     "ModelRequest",
     "ModelResponse",
     "ModelWrapper",
+    "PendingAction",
     "PluginError",
     "PromptContributor",
     "ProviderRetry",
@@ -126,9 +145,11 @@ __all__ = [
     "ToolWrapper",
     "TurnFinished",
     "Usage",
+    "argument_digest",
     "default_stack",
     "dump_state",
     "error_result",
+    "held_calls",
     "hookimpl",
     "load_private",
     "load_state",

@@ -1,12 +1,12 @@
 """The ``hango`` command (click for parsing, rich for output).
 
 User errors print one line on stderr and exit 2; a run that fails exits 1; a cancelled run
-(Ctrl-C) is saved and exits 130 with the command that resumes it.
+(Ctrl-C) is saved and exits 130 with the command that resumes it; a run suspended for a
+person's decision exits 3, printing what it waits for and the commands that decide.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -14,7 +14,7 @@ import signal
 import sys
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,22 +27,29 @@ from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, RunFinished, RunStatus
 from hango.agent.stack import STACK_ORDER, StackConfig, discover
 from hango.agent.state import StateError
-from hango.config import Config, ConfigError, hango_settings
+from hango.config import Config, ConfigError, HangoWarning, hango_settings
 from hango.convert import message_to_json
+from hango.pending import (
+    SUSPENDED_EXIT,
+    parse_decisions,
+    pending_json,
+    pending_of,
+    print_pending,
+)
 from hango.plugins import PluginError, make_plugin_manager
 from hango.provider.model import ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
 from hango.render import Renderer, checklist, clip_line, clip_text
-from hango.run import Harness
-from hango.run.runner import AllowlistWarning
+from hango.run import Decided, Harness
 from hango.store import StoreError, open_store
 from hango.store.base import RunRecord
 
 T = TypeVar("T")
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# emoji=False: rich would print a tool path "x:smile:y" or a model's ":b:" as emoji.
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
 
 #: Exceptions that are the user's to fix: shown as one line, never a traceback.
 USER_ERRORS = (
@@ -66,14 +73,22 @@ def _run_async(fn: Callable[[], Awaitable[T]]) -> T:
         sys.exit(2)
 
 
-@contextlib.contextmanager
-def _warnings_as_lines() -> Iterator[None]:
-    """hango's warnings (an allowlist naming a missing tool) as one ``warning:`` line each."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AllowlistWarning)
-        yield
-    for w in caught:
-        err_console.print(f"warning: {w.message}", style="yellow", markup=False, soft_wrap=True)
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """hango's own warnings as one ``warning:`` line; any other the Python way."""
+    if issubclass(category, HangoWarning):
+        err_console.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
 
 
 def _exit(code: int) -> None:
@@ -120,6 +135,7 @@ agent_option = click.option(
 @click.version_option(package_name="hango")
 def main() -> None:
     """hango: run agents whose every feature is a middleware."""
+    warnings.showwarning = _show_warning
 
 
 def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
@@ -135,10 +151,13 @@ def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
             # calls whose server reported no usage: the counts then miss their tokens
             "unknown_calls": finished.usage.unknown_calls,
         },
+        "pending": pending_json(finished.pending),
     }
 
 
-async def _execute(harness: Harness, run: RunRecord, *, as_json: bool) -> int:
+async def _execute(
+    harness: Harness, run: RunRecord, *, as_json: bool, db: str | None = None
+) -> int:
     """Execute ``run``, rendering events; returns the exit code."""
     renderer = Renderer(console)
     emit: Callable[[Event], Awaitable[None]] = _quiet if as_json else renderer.event
@@ -170,6 +189,10 @@ async def _execute(harness: Harness, run: RunRecord, *, as_json: bool) -> int:
         return 130
     if as_json:
         console.print_json(json.dumps(_summary(finished, run)))
+    elif finished.pending:
+        print_pending(console, run.id, finished.pending, db)
+    if finished.status is RunStatus.SUSPENDED:
+        return SUSPENDED_EXIT
     return 0 if finished.status is RunStatus.COMPLETED else 1
 
 
@@ -219,9 +242,8 @@ def run(
                 model_spec=model,
                 base_url=base_url,
             )
-            with _warnings_as_lines():
-                record = await harness.start(agent, message, session_id=session_id)
-            return await _execute(harness, record, as_json=as_json)
+            record = await harness.start(agent, message, session_id=session_id)
+            return await _execute(harness, record, as_json=as_json, db=db)
         finally:
             await store.aclose()
 
@@ -236,6 +258,30 @@ def run(
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
 @click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
 @click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
+@click.option("--approve", multiple=True, metavar="CALL_ID", help="Approve a pending tool call.")
+@click.option(
+    "--reject",
+    multiple=True,
+    metavar="CALL_ID[=MESSAGE]",
+    help="Reject a pending call; the model gets MESSAGE as an error result.",
+)
+@click.option(
+    "--edit",
+    multiple=True,
+    metavar="CALL_ID=JSON",
+    help="Run a pending call with these arguments (JSON object), or 'TOOL JSON' for another tool.",
+)
+@click.option(
+    "--respond",
+    multiple=True,
+    metavar="CALL_ID=TEXT",
+    help="Do not run a pending call; the model gets TEXT as its result.",
+)
+@click.option(
+    "--queue",
+    is_flag=True,
+    help="Record the decisions and leave the run to a worker (the default for a submitted run).",
+)
 @db_option
 @json_option
 @click.argument("run_id")
@@ -244,12 +290,22 @@ def resume(
     base_url: str | None,
     trace: str | None,
     force: bool,
+    approve: tuple[str, ...],
+    reject: tuple[str, ...],
+    edit: tuple[str, ...],
+    respond: tuple[str, ...],
+    queue: bool,
     db: str | None,
     as_json: bool,
     run_id: str,
 ) -> None:
-    """Resume RUN_ID from its last saved turn boundary."""
+    """Resume RUN_ID from its last saved turn boundary.
+
+    A suspended run continues once each pending tool call has a decision (several may be
+    given at once); `hango runs show RUN_ID` lists them. It continues in this terminal, or,
+    if it was submitted for workers (or with --queue), goes back on the queue."""
     rid = _parse_uuid(run_id, "run")
+    decisions = parse_decisions(approve, reject, edit, respond)
     from hango.telemetry_setup import configure_telemetry
 
     configure_telemetry(trace)
@@ -273,11 +329,53 @@ def resume(
                 )
             # The run continues on the model it started with, unless --model changes it.
             harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
-            return await _execute(harness, record, as_json=as_json)
+            if decisions:
+                to_queue = queue or bool(record.config.get("queued"))
+                done = await harness.decide(rid, decisions, queue=to_queue)
+                finished = _decided(done, as_json=as_json, db=db, queue=to_queue)
+                if finished is not None:
+                    return finished
+                record = done.run
+            return await _execute(harness, record, as_json=as_json, db=db)
         finally:
             await store.aclose()
 
     _exit(_run_async(main_))
+
+
+def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> int | None:
+    """Report what ``hango resume`` recorded; the exit code when there is nothing to run here
+    (still waiting, left to a worker, or already finished), else None."""
+    run = done.run
+    if not as_json:
+        for call_id in done.recorded:
+            err_console.print(f"{call_id}: decision recorded", markup=False, style="dim")
+        for call_id in done.unchanged:
+            err_console.print(
+                f"{call_id}: that decision was already recorded (no change)",
+                markup=False,
+                style="dim",
+            )
+    finished = run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+    if not (done.waiting or (queue and not finished) or (finished and not done.recorded)):
+        return None
+    if as_json:
+        doc = {
+            "run_id": str(run.id),
+            "status": run.status.value,
+            "recorded": list(done.recorded),
+            "unchanged": list(done.unchanged),
+            "pending": pending_json(done.waiting),
+        }
+        console.print_json(json.dumps(doc))
+    elif done.waiting:
+        print_pending(console, run.id, done.waiting, db)
+    else:
+        left = " for a worker" if run.status is RunStatus.QUEUED else ""
+        console.print(f"run {run.id} is {run.status.value}{left}", markup=False)
+    if done.waiting:
+        return SUSPENDED_EXIT
+    return 0 if run.status in (RunStatus.QUEUED, RunStatus.COMPLETED) else 1
 
 
 @main.group()
@@ -355,14 +453,18 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
             messages = await store.load_messages(tenant, record.session_id)
         finally:
             await store.aclose()
+        pending = pending_of(record.state)
         if as_json:
             doc = _run_json(record) | {
+                "pending": None if pending is None else pending_json(pending),
                 "state": record.state,
                 "messages": [message_to_json(m) for m in messages],
             }
             console.print_json(json.dumps(doc))
             return
         _print_run(record, messages)
+        if pending and record.status is RunStatus.SUSPENDED:
+            print_pending(console, record.id, pending, db)
 
     _run_async(main_)
 
@@ -570,10 +672,9 @@ def submit(
         store = await open_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            with _warnings_as_lines():
-                return await harness.start(
-                    agent, message, session_id=session_id, status=RunStatus.QUEUED
-                )
+            return await harness.start(
+                agent, message, session_id=session_id, status=RunStatus.QUEUED
+            )
         finally:
             await store.aclose()
 

@@ -6,10 +6,22 @@ persists goes through ``CONVERTER`` so a value that round-trips once round-trips
 
 from __future__ import annotations
 
+import enum
+import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import cattrs
+from cattrs.cols import (
+    is_any_set,
+    is_mapping,
+    is_mutable_sequence,
+    list_structure_factory,
+    mapping_structure_factory,
+)
+from cattrs.gen import make_dict_structure_fn
 
 from hango.provider.messages import (
     Block,
@@ -124,10 +136,137 @@ def configure_basics(conv: cattrs.Converter) -> None:
     conv.register_structure_hook(uuid.UUID, lambda v, _: uuid.UUID(str(v)))
 
 
+def _sorted(items: list[Any]) -> list[Any]:
+    # A set has no order; its JSON list gets one, so equal sets are stored alike.
+    try:
+        return sorted(items)
+    except TypeError:
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+
+
+def _shape(kind: type, name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not isinstance(value, kind):
+            raise ValueError(f"expected {name}, got {type(value).__name__} {_short(value)}")
+
+    return check
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _strict_scalar(kind: type, name: str) -> Callable[[Any, Any], Any]:
+    """A structure hook taking only JSON's own ``kind`` of value: cattrs would coerce ``"5"``
+    and ``5.9`` to the int 5 and ``"garbage"`` to a str, which makes a malformed value lie."""
+
+    def structure(value: Any, cls: Any) -> Any:
+        if cls is not kind and isinstance(cls, type) and issubclass(cls, enum.Enum):
+            return cls(value)  # IntEnum, StrEnum and (str, Enum) reach here by their base
+        if cls is bool or kind is bool:
+            if type(value) is not bool:
+                raise ValueError(f"expected a boolean, got {_short(value)}")
+            return value
+        if kind is float and type(value) is int:
+            return float(value)
+        if type(value) is not kind:
+            raise ValueError(f"expected {name}, got {type(value).__name__} {_short(value)}")
+        return value
+
+    return structure
+
+
+def configure_json_values(conv: cattrs.Converter) -> None:
+    """Values become JSON and come back only from the JSON they became.
+
+    Unstructure: sets and frozensets become sorted lists; enum dict keys become their values
+    (other keys are left as they are, for ``json_value`` to refuse by path). Structure: an
+    attrs class from an object, a list, tuple or set from an array, a mapping from an object,
+    and str, int, float and bool from exactly that JSON kind (float also from an integer);
+    anything else raises ``ValueError`` (reported by path through ``transform_error``).
+    """
+    conv.register_unstructure_hook_factory(
+        is_any_set, lambda _: lambda items: _sorted([conv.unstructure(i) for i in items])
+    )
+    conv.register_unstructure_hook_factory(
+        is_mapping,
+        lambda _: (
+            lambda mapping: {
+                (k.value if isinstance(k, enum.Enum) else k): conv.unstructure(v)
+                for k, v in mapping.items()
+            }
+        ),
+    )
+
+    def checked(check: Callable[[Any], None], inner: Callable[[Any, Any], Any]) -> Any:
+        def structure(value: Any, cls: Any) -> Any:
+            check(value)
+            return inner(value, cls)
+
+        return structure
+
+    an_object = _shape(dict, "an object")
+    an_array = _shape(list, "an array")
+    conv.register_structure_hook_factory(
+        attrs.has, lambda cls: checked(an_object, make_dict_structure_fn(cls, conv))
+    )
+    conv.register_structure_hook_factory(
+        is_mapping, lambda cls: checked(an_object, mapping_structure_factory(cls, conv))
+    )
+    conv.register_structure_hook_factory(
+        is_mutable_sequence, lambda cls: checked(an_array, list_structure_factory(cls, conv))
+    )
+
+    def set_factory(cls: Any) -> Any:
+        args = getattr(cls, "__args__", None) or (Any,)
+        as_list = list_structure_factory(list[args[0]], conv)  # type: ignore[valid-type]
+        made = frozenset if getattr(cls, "__origin__", cls) is frozenset else set
+        return checked(an_array, lambda value, _: made(as_list(value, None)))
+
+    conv.register_structure_hook_factory(is_any_set, set_factory)
+    for kind, name in ((str, "a string"), (int, "an integer"), (float, "a number")):
+        conv.register_structure_hook(kind, _strict_scalar(kind, name))
+    conv.register_structure_hook(bool, _strict_scalar(bool, "a boolean"))
+
+
+def json_value(value: Any, path: str = "$") -> Any:
+    """A deep copy of ``value`` made of JSON values only (dict with str keys, list, str, int,
+    finite float, bool, None; a tuple becomes a list, an enum its value), so nothing of it is
+    shared with ``value``.
+
+    Raises ``ValueError("PATH: what")`` at the first part that is not JSON, e.g.
+    ``$.grid: dict key (1, 2) (tuple) is not a string``.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{path}: {value} is not a JSON number")
+        return value
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise ValueError(
+                    f"{path}: dict key {key!r} ({type(key).__name__}) is not a string "
+                    "(JSON object keys are strings)"
+                )
+            out[key] = json_value(item, f"{path}.{key}")
+        return out
+    if kind is list or kind is tuple:
+        return [json_value(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, enum.Enum):  # a (str, Enum) mixin unstructures as itself
+        return json_value(value.value, path)
+    raise ValueError(f"{path}: {type(value).__name__} {_short(value)} is not a JSON value")
+
+
 def make_converter() -> cattrs.Converter:
     """A fresh converter configured for everything hango persists."""
     conv = cattrs.Converter()
     configure_basics(conv)
+    configure_json_values(conv)
     configure_messages(conv)
     return conv
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 from collections.abc import Mapping
 
 import pluggy
 
 from hango import hookspecs
-from hango.config import hango_settings
+from hango.config import HangoWarning, hango_settings
 
 ENTRY_POINT_GROUP = "hango"
 DISABLE_VARIABLE = "HANGO_DISABLE_PLUGINS"
@@ -16,6 +17,11 @@ DISABLE_VARIABLE = "HANGO_DISABLE_PLUGINS"
 
 class PluginError(Exception):
     """A plugin failed to load or two plugins conflict; the message names them."""
+
+
+class PluginWarning(HangoWarning):
+    """Plugin configuration that is probably a mistake, for example ``HANGO_DISABLE_PLUGINS``
+    naming a plugin that is not installed (a typo disables nothing)."""
 
 
 class PluginManager(pluggy.PluginManager):
@@ -43,16 +49,26 @@ def make_plugin_manager(
     points, check that every hook implementation matches a spec.
 
     Raises ``PluginError`` naming the entry point and distribution of a plugin that fails to
-    import or implements an unknown hook.
+    import or implements an unknown hook. Warns (``PluginWarning``) about a name in
+    ``HANGO_DISABLE_PLUGINS`` that no installed entry point has.
     """
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)
-    blocked = hango_settings(env).get(DISABLE_VARIABLE, "")
-    for name in (n.strip() for n in blocked.split(",")):
-        if name:
-            pm.set_blocked(name)
+    raw = hango_settings(env).get(DISABLE_VARIABLE, "")
+    blocked = {name for name in (n.strip() for n in raw.split(",")) if name}
+    for name in blocked:
+        pm.set_blocked(name)
     if load_entrypoints:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        unknown = sorted(blocked - set(found.names))
+        if unknown:
+            warnings.warn(
+                f"{DISABLE_VARIABLE} names no installed plugin: {', '.join(unknown)} "
+                f"(installed: {', '.join(sorted(found.names)) or 'none'})",
+                PluginWarning,
+                stacklevel=2,
+            )
+        for ep in found:
             if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
                 continue
             dist = ep.dist.name if ep.dist else "<unknown>"

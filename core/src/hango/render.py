@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.text import Text
 
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunFinished,
     RunStarted,
@@ -102,6 +104,11 @@ class Renderer:
             case TextDelta(text=text):
                 c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
                 self._in_text = True
+            case AttemptDiscarded():
+                # A terminal cannot take back what it printed: say it does not count.
+                if self._in_text:
+                    self._end_text()
+                    c.print(Text("(discarded: the model call was tried again)", style="dim"))
             case ProviderRetry():
                 self._end_text()
                 c.print(Text(retry_line(event), style="dim"), **_ONE_LINE)
@@ -119,10 +126,18 @@ class Renderer:
                 style = "red" if result.is_error else "dim"
                 prefix = "  ✗ " if result.is_error else "  ← "
                 c.print(Text(prefix + clip_line(result.content), style=style), **_ONE_LINE)
+            case InterruptRaised(action=action):
+                self._end_text()
+                line = f"  ⏸ waiting for a person: {action.reason} ({action.tool_call_id})"
+                c.print(Text(line, style="yellow"), **_ONE_LINE)
             case TodosUpdated(todos=todos):
                 c.print(checklist(todos))
-            case RunFinished(status=status, error=error, usage=usage):
+            case RunFinished(status=status, error=error, usage=usage, pending=pending):
                 self._end_text()
-                style = "green" if status is RunStatus.COMPLETED else "red"
+                style = {RunStatus.COMPLETED: "green", RunStatus.SUSPENDED: "yellow"}.get(
+                    status, "red"
+                )
                 tail = f": {error}" if error else ""
+                if pending:
+                    tail = f": waiting for a decision on {len(pending)} tool call(s)"
                 c.print(Text(f"{status.value}{tail} ({usage_text(usage)})", style=style))

@@ -127,6 +127,10 @@ MIDDLEWARE_NAME: Final = "hango.middleware.name"
 MIDDLEWARE_NAMES: Final = "hango.middleware.names"
 REASON: Final = "hango.reason"
 TOOL_NAME: Final = "gen_ai.tool.name"
+TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+INTERRUPT_ID: Final = "hango.interrupt.id"
+INTERRUPT_NAME: Final = "hango.interrupt.name"
+INTERRUPT_DECISION: Final = "hango.interrupt.decision"
 ERROR_TYPE: Final = "error.type"
 OPERATION_NAME: Final = "gen_ai.operation.name"
 PROVIDER_NAME: Final = "gen_ai.provider.name"
@@ -155,6 +159,10 @@ RETRIED: Final = "middleware.retried"
 REPEAT_CALL_BLOCKED: Final = "middleware.repeat_call_blocked"
 STATE_MISSING: Final = "middleware.state_missing"
 TODOS_UPDATED: Final = "agent.todos_updated"
+# A middleware paused a run for a decision / a person decided / the resumed run read it.
+INTERRUPT_RAISED: Final = "agent.interrupt_raised"
+INTERRUPT_DECIDED: Final = "agent.interrupt_decided"
+INTERRUPT_RESUMED: Final = "agent.interrupt_resumed"
 
 # -- metrics -----------------------------------------------------------------------------
 

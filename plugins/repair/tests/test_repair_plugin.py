@@ -37,7 +37,7 @@ from hango import (
 )
 from hango.agent.stack import discover
 from hango.provider.events import StreamEvent
-from hango.testing import TestHarness, agent_harness
+from hango.testing import TestHarness, agent_harness, assert_valid_history, history_problems
 from hango_repair import INTERRUPTED, RepairToolCallsMiddleware, repair_history
 from hango_repair.middleware import HISTORY_REPAIRED, RESULTS_ADDED, RESULTS_DROPPED
 
@@ -189,10 +189,15 @@ def test_orphan_and_duplicate_results_are_dropped() -> None:
 
 
 def test_a_result_one_message_too_late_is_an_orphan_and_its_call_interrupted() -> None:
-    messages = [assistant(use("a")), user(TextBlock("hm?")), user(result("a"))]
+    messages = [
+        user(TextBlock("go")),
+        assistant(use("a")),
+        user(TextBlock("hm?")),
+        user(result("a")),
+    ]
     repair = repair_history(messages)
     assert repair is not None
-    assert repair.messages == [messages[0], user(interrupted("a")), messages[1]]
+    assert repair.messages == [*messages[:2], user(interrupted("a")), messages[2]]
     assert not problems(repair.messages)
 
 
@@ -227,19 +232,39 @@ user_messages = st.builds(
 histories = st.lists(st.one_of(assistant_messages, user_messages), max_size=8)
 
 
+def strict_problems(messages: Sequence[Message]) -> list[str]:
+    """``history_problems`` (a strict provider's rules), less the uniqueness of ids: the
+    generated histories reuse call ids across messages on purpose, and repair renames none."""
+    return [
+        p
+        for p in history_problems(messages)
+        if "is not unique" not in p and "a second result" not in p
+    ]
+
+
+def has_prompt(history: Sequence[Message]) -> bool:
+    return any(m.role == "user" and len(m.tool_results) < len(m.content) for m in history)
+
+
 @given(histories)
 def test_repair_makes_any_history_valid_and_is_idempotent(history: list[Message]) -> None:
     repair = repair_history(history)
     if repair is None:
         assert problems(history) == []
+        if has_prompt(history):
+            assert strict_problems(history) == []
         return
     assert problems(repair.messages) == []
+    if has_prompt(history):  # every run's history has one: its own prompt
+        assert strict_problems(repair.messages) == []
     assert repair_history(repair.messages) is None
     synthetic = [r for m in repair.messages for r in m.tool_results if r.content == INTERRUPTED]
     assert len(synthetic) == repair.added
-    # Every message that needed no change is carried over as the same object.
+    # Every message that needed no change is carried over as the same object; only what came
+    # before the first user prompt is dropped whole.
     carried = {id(m) for m in repair.messages}
-    assert all(id(m) in carried for m in history if m.role == "assistant")
+    kept = history[repair.trimmed :]
+    assert all(id(m) in carried for m in kept if m.role == "assistant")
 
 
 # -- through the runner: cancel mid-batch, resume ---------------------------------------------
@@ -306,6 +331,31 @@ async def cancel_in_slow(h: TestHarness) -> uuid.UUID:
                 await anyio.sleep(0.05)  # let slow start
                 break
     return run.id
+
+
+def test_leading_orphan_results_leave_a_history_that_opens_with_the_user() -> None:
+    # A history cut in the middle of a batch: results of calls no longer in it, the model's
+    # reply to them, then the user's next question.
+    history = [
+        user(result("gone_1"), result("gone_2")),
+        assistant(TextBlock("Both calls succeeded."), use("t9")),
+        user(result("t9")),
+        assistant(TextBlock("Done.")),
+        user(TextBlock("Next question")),
+        assistant(TextBlock("Sure.")),
+    ]
+    repair = repair_history(history)
+    assert repair is not None
+    assert repair.messages == history[4:]
+    assert (repair.added, repair.dropped, repair.trimmed) == (0, 0, 4)
+    assert_valid_history(repair.messages)
+    assert repair_history(repair.messages) is None
+    # A prompt that came with the orphans stays, without them.
+    kept = repair_history([user(result("gone"), TextBlock("hi")), assistant(TextBlock("hello"))])
+    assert kept is not None and kept.messages == [
+        user(TextBlock("hi")),
+        assistant(TextBlock("hello")),
+    ]
 
 
 @pytest.mark.anyio

@@ -4,7 +4,11 @@
 stream events (``hango.provider.events``: ``TextDelta`` and friends, passed through as they
 arrive), ``MessageCompleted`` with the assistant message, then for each tool call
 ``ToolCallStarted`` / ``ToolCallFinished`` (and ``TodosUpdated`` when a call changed the plan),
-then ``TurnFinished``.
+then ``TurnFinished``. A call a middleware paused has ``InterruptRaised`` instead of
+``ToolCallFinished`` (as do later calls of its batch that would pause too), and the run then
+finishes ``suspended``. When a model wrapper drops an attempt whose events were already passed
+on (it retried the call, or returned something else), ``AttemptDiscarded`` comes before the
+next attempt's first event, or before ``MessageCompleted``: forget what that attempt streamed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import TypeAlias
 
 from attrs import frozen
 
+from hango.agent.interrupt import PendingAction
 from hango.agent.state import Todo
 from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
@@ -39,6 +44,15 @@ class RunStarted:
 
 
 @frozen
+class AttemptDiscarded:
+    """The stream events since the last ``MessageCompleted`` (or since ``RunStarted``) belong
+    to an attempt of model call ``turn`` (from 1) that is not kept: a UI clears the text it
+    showed. ``MessageCompleted`` carries what is kept."""
+
+    turn: int
+
+
+@frozen
 class MessageCompleted:
     message: Message
     stop_reason: StopReason
@@ -57,6 +71,14 @@ class ToolCallFinished:
 
 
 @frozen
+class InterruptRaised:
+    """A middleware paused the run for a decision about a tool call: ``action`` says which
+    call, who asks, why and which decisions are allowed."""
+
+    action: PendingAction
+
+
+@frozen
 class TodosUpdated:
     todos: tuple[Todo, ...]
 
@@ -71,22 +93,25 @@ class TurnFinished:
 @frozen
 class RunFinished:
     """``status`` is completed, failed or cancelled (or queued: stopped at a turn boundary by
-    ``run_loop``'s ``stop``, to be continued); ``error`` says why a run failed;
-    ``stop_reason`` is the last model call's; ``usage`` sums this run's model calls, across
-    resumes (``State.usage``)."""
+    ``run_loop``'s ``stop``, to be continued; or suspended: waiting for the decisions in
+    ``pending``); ``error`` says why a run failed; ``stop_reason`` is the last model call's;
+    ``usage`` sums this run's model calls, across resumes (``State.usage``)."""
 
     run_id: uuid.UUID
     status: RunStatus
     stop_reason: StopReason | None
     error: str | None
     usage: Usage
+    pending: tuple[PendingAction, ...] = ()
 
 
 RunEvent: TypeAlias = (
     RunStarted
+    | AttemptDiscarded
     | MessageCompleted
     | ToolCallStarted
     | ToolCallFinished
+    | InterruptRaised
     | TodosUpdated
     | TurnFinished
     | RunFinished

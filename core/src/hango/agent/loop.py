@@ -7,12 +7,24 @@ run stopped anywhere resumes from what was saved without re-running a call that 
 
 A run starts and resumes the same way: from its history. If the history ends with an assistant
 message whose calls lack results, that batch is finished first (only the missing calls run).
+
+What is sent is always a request a strict provider accepts: an assistant message with no
+content (an empty end_turn, which real models return) stays in the history, as the record of
+what the model said, but is never sent back, and neither is a blank text block. A tool call
+cut off by ``max_tokens`` is never executed: its arguments may be incomplete, so it is answered
+with an error result saying so.
+
+A middleware may pause a call for a person's decision (``hango.agent.interrupt``). The call does
+not run and leaves no trace in the state; the batch's later calls do not run either, but are
+asked whether they would pause too; the loop then returns ``suspended`` with the questions in
+``state.interrupts``. Resumed with decisions, the batch goes on from the paused call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -23,7 +35,9 @@ from attrs import frozen
 from hango import telemetry
 from hango.agent.chain import Chain
 from hango.agent.events import (
+    AttemptDiscarded,
     Event,
+    InterruptRaised,
     MessageCompleted,
     RunStatus,
     TodosUpdated,
@@ -31,9 +45,19 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
+from hango.agent.interrupt import (
+    CallScope,
+    Interrupt,
+    InterruptError,
+    PendingAction,
+    argument_digest,
+    outcome_unknown,
+    raised,
+)
 from hango.agent.middleware import ModelRequest, ToolCallRequest
 from hango.agent.state import State
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS, storable_message, storable_result
+from hango.provider.events import ProviderRetry, StreamEvent
 from hango.provider.messages import (
     Message,
     Request,
@@ -46,6 +70,7 @@ from hango.provider.messages import (
     Usage,
 )
 from hango.provider.model import Accumulator, Model, ModelResponse
+from hango.redact import redact_secrets
 from hango.tool.base import Tool, ToolContext, ToolResult, error_result
 from hango.tool.registry import ToolView
 
@@ -98,6 +123,90 @@ class _Validators:
         return f"{best.json_path}: {best.message}"
 
 
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[StreamEvent]) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    """``stream``, closed (``aclose``) as soon as the block is left, however it is left.
+
+    Without it an abandoned async generator is closed only when the garbage collector finds it,
+    which is never while the model object keeps a reference to it: its ``finally`` (the HTTP
+    response it holds) would wait that long.
+    """
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class _Attempts:
+    """Whether the model call in progress has streamed events that its response may not keep.
+
+    A model wrapper may call the model again (a retry) or replace what it returned; the deltas
+    of the attempt it dropped have already reached the caller. ``AttemptDiscarded`` tells the
+    caller to forget them, before the next attempt's first delta or before ``MessageCompleted``.
+    """
+
+    __slots__ = ("kept", "streamed")
+
+    def __init__(self) -> None:
+        self.streamed = False  # events of the latest attempt reached the caller
+        self.kept: Message | None = None  # what the latest attempt produced
+
+    def start(self) -> bool:
+        """A new attempt begins; True when the previous one streamed and must be discarded."""
+        discard = self.streamed
+        self.streamed = False
+        self.kept = None
+        return discard
+
+    def discarded_by(self, response: ModelResponse) -> bool:
+        """True when the chain's ``response`` is not what the streamed attempt produced."""
+        return self.streamed and response.message != self.kept
+
+
+def _sendable(messages: list[Message]) -> tuple[Message, ...]:
+    """The history as sent: without blank text blocks and without messages left empty.
+
+    Providers reject both (Anthropic: "all messages must have non-empty content"); an empty
+    message carries nothing for the model, and the user messages around a dropped assistant
+    message are merged by the provider. Untouched messages are sent as the same objects.
+    """
+    out: list[Message] = []
+    for m in messages:
+        if any(_blank(b) for b in m.content):
+            m = Message(m.role, tuple(b for b in m.content if not _blank(b)))
+        if m.content:
+            out.append(m)
+    return tuple(out)
+
+
+def _blank(block: object) -> bool:
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+_CUT_OFF = ToolResult(
+    "This tool call was cut off by max_tokens before its arguments were complete, so it was "
+    "not run. Call it again if you still need it.",
+    is_error=True,
+)
+
+
+def _truncated(response: ModelResponse) -> ToolUseBlock | None:
+    """The tool call cut off by ``max_tokens``: the last block of such a response, if a call.
+
+    Its arguments may be missing or cut short (a ``{}`` that never was), so it is not run.
+    """
+    if response.stop_reason is not StopReason.MAX_TOKENS or not response.message.content:
+        return None
+    last = response.message.content[-1]
+    return last if isinstance(last, ToolUseBlock) else None
+
+
+class _WouldRun(BaseException):
+    """Raised by the innermost handler of a probe: no middleware paused the call."""
+
+
 def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
     """Calls of the last assistant message that have no result yet: its batch is unfinished.
 
@@ -113,6 +222,17 @@ def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
             answered = {r.tool_use_id for m in later for r in m.tool_results}
             return tuple(u for u in uses if u.id not in answered)
     return ()
+
+
+def held_calls(state: State) -> frozenset[str]:
+    """Ids of the calls a resumed run finishes itself, which a history repair must leave
+    unanswered: the unfinished calls of a batch suspended for decisions, and every call that
+    started without a saved result (its outcome is unknown; only the loop may decide what
+    happens to it)."""
+    held = set(state.interrupts.started)
+    if state.interrupts.pending:
+        held.update(c.id for c in pending_calls(state.messages))
+    return frozenset(held)
 
 
 def turns_taken(messages: list[Message]) -> int:
@@ -149,6 +269,7 @@ async def run_loop(
     validators = _Validators()
     usage = Usage()
     stop_reason: StopReason | None = None
+    attempts = _Attempts()
 
     provider_name = telemetry.provider_name(model)
 
@@ -161,55 +282,141 @@ async def run_loop(
             # the model actually called (its class when it has no name: never the run's).
             provider = telemetry.provider_name(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
+        if attempts.start():
+            await emit(AttemptDiscarded(turns + 1))
         with telemetry.chat_span(req, provider) as chat:
             acc = Accumulator()
-            async for event in called.stream(req):
-                acc.add(event)
-                await emit(event)
+            async with _closing(called.stream(req)) as stream:
+                async for event in stream:
+                    acc.add(event)
+                    # A provider's retry notice is not part of what the attempt said.
+                    attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
+                    await emit(event)
             response = acc.response()
+            attempts.kept = response.message
             chat.finished(response)
             return response
 
     async def execute(treq: ToolCallRequest) -> ToolResult:
-        call, tool = treq.call, treq.tool
+        call, tool, scope = treq.call, treq.tool, treq.scope
+        if scope.probe:
+            raise _WouldRun
         if tool is None:
             return error_result("unknown tool %r", call.name)
         if not isinstance(call.input, dict):
             return error_result(
                 "arguments for tool %r are not a JSON object: %.200s", call.name, call.input
             )
-        problem = validators.error(tool.spec, call.input)
+        try:
+            problem = validators.error(tool.spec, call.input)
+            # A copy: a tool that keeps or mutates its arguments must not change the history.
+            arguments = copy.deepcopy(call.input)
+        except RecursionError:
+            return error_result("arguments for tool %r nest too deeply to be used", call.name)
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
-        # A copy: a tool that keeps or mutates its arguments must not change the history.
-        return await tool.call(copy.deepcopy(call.input), ToolContext(treq.state, call))
-
-    async def run_batch(calls: tuple[ToolUseBlock, ...], tools: Mapping[str, Tool]) -> None:
-        for call in calls:
-            await emit(ToolCallStarted(call))
-            todos_before = state.todos
-            with telemetry.tracer.start_as_current_span(
-                f"execute_tool {call.name}",
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": call.name,
-                    "gen_ai.tool.call.id": call.id,
-                },
-            ) as span:
-                result = await chain.tool_call(
-                    ToolCallRequest(call, tools.get(call.name), state), execute
-                )
-                if result.is_error and span.is_recording():
-                    span.set_attribute("error.type", "tool_error")
-            content = storable_result(result.content, settings.max_result_chars)
-            _add_result(state.messages, ToolResultBlock(call.id, content, result.is_error))
+        book = state.interrupts
+        started = book.started.get(call.id)
+        if started is not None and not (scope.decided or scope.started):
+            # Started by a pass that stopped before saving its result: no one decided to
+            # run it again.
+            return outcome_unknown(call, started)
+        if scope.decided or not getattr(tool, "idempotent", True):
+            # Saved before it runs: a resumed run must know this call may have taken effect,
+            # and the decision it runs on is used up.
+            book.start(call.id, call.name, argument_digest(call.name, call.input))
+            scope.started = True
             await checkpoint(state)
-            await emit(ToolCallFinished(call, result))
-            if state.todos is not todos_before:
-                telemetry.record_todos(t.status for t in state.todos)
-                await emit(TodosUpdated(tuple(state.todos)))
+        return await tool.call(arguments, ToolContext(treq.state, call))
+
+    async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
+        scope = CallScope(tools)
+        undo = _Undo(state)
+        with telemetry.tracer.start_as_current_span(
+            f"execute_tool {call.name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+            },
+        ) as span:
+            try:
+                result = await chain.tool_call(
+                    ToolCallRequest(call, tools.get(call.name), state, scope=scope), execute
+                )
+            except Interrupt as pause:
+                undo()
+                _check_pause(pause, scope)
+                raised(pause.action)
+                return pause
+            if result.is_error:
+                # An error often quotes what failed: a key or token must not reach the
+                # history, the model or the caller.
+                result = ToolResult(redact_secrets(result.content), is_error=True)
+                if span.is_recording():
+                    span.set_attribute("error.type", "tool_error")
+        return result
+
+    async def would_pause(call: ToolUseBlock, tools: Mapping[str, Tool]) -> Interrupt | None:
+        # The chain runs as for the call itself, but its innermost handler stops before the
+        # tool; whatever the chain did to the state is undone.
+        undo = _Undo(state)
+        probe = ToolCallRequest(
+            call, tools.get(call.name), state, scope=CallScope(tools, probe=True)
+        )
+        try:
+            await chain.tool_call(probe, execute)
+        except Interrupt as pause:
+            raised(pause.action)
+            return pause
+        except _WouldRun:
+            pass
+        finally:
+            undo()
+        return None
+
+    async def run_batch(
+        calls: tuple[ToolUseBlock, ...],
+        tools: Mapping[str, Tool],
+        answered: Mapping[str, ToolResult] | None = None,
+    ) -> list[PendingAction]:
+        """Run ``calls`` in order; returns the questions the batch paused on (none: done). A
+        call in ``answered`` already has its result in the history and is only reported."""
+        paused: list[PendingAction] = []
+        for call in calls:
+            if answered and call.id in answered:
+                await emit(ToolCallStarted(call))
+                await emit(ToolCallFinished(call, answered[call.id]))
+                continue
+            if paused:
+                # A call before this one waits for a decision, so this one does not run yet;
+                # asking whether it would pause too puts every question of the batch in one
+                # round of decisions.
+                pause = await would_pause(call, tools)
+            else:
+                await emit(ToolCallStarted(call))
+                todos_before = state.todos
+                outcome = await run_call(call, tools)
+                if isinstance(outcome, ToolResult):
+                    result = outcome
+                    content = storable_result(result.content, settings.max_result_chars)
+                    block = ToolResultBlock(call.id, content, result.is_error)
+                    _add_result(state.messages, block)
+                    state.interrupts.finish(call.id)
+                    await checkpoint(state)
+                    await emit(ToolCallFinished(call, result))
+                    if state.todos is not todos_before:
+                        telemetry.record_todos(t.status for t in state.todos)
+                        await emit(TodosUpdated(tuple(state.todos)))
+                    continue
+                pause = outcome
+            if pause is not None:
+                state.interrupts.ask(pause.action)
+                paused.append(pause.action)
+                await emit(InterruptRaised(pause.action))
         # Per-batch data must not leak into the next batch or a resumed run.
         state.scratch.clear()
+        return paused
 
     def tools_now() -> dict[str, Tool]:
         tools = {t.spec.name: t for t in view}
@@ -219,6 +426,10 @@ async def run_loop(
             tools[t.spec.name] = t
         return tools
 
+    def suspended() -> LoopOutcome:
+        # The runner saves the questions with the history and this status, in one save.
+        return LoopOutcome(RunStatus.SUSPENDED, stop_reason, None, usage, turns)
+
     def stopped() -> LoopOutcome | None:
         if stop is None or not stop.is_set():
             return None
@@ -227,7 +438,8 @@ async def run_loop(
     turns = turns_taken(state.messages)
     unfinished = pending_calls(state.messages)
     if unfinished:
-        await run_batch(unfinished, tools_now())
+        if await run_batch(unfinished, tools_now()):
+            return suspended()
         await emit(TurnFinished(turns))
         if outcome := stopped():
             return outcome
@@ -243,7 +455,7 @@ async def run_loop(
         tools = tools_now()
         request = Request(
             model=settings.model,
-            messages=tuple(state.messages),
+            messages=_sendable(state.messages),
             system=settings.system,
             tools=tuple(t.spec for t in tools.values()),
             max_tokens=settings.max_tokens,
@@ -253,6 +465,9 @@ async def run_loop(
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
             response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
+            if attempts.discarded_by(response):
+                await emit(AttemptDiscarded(turns + 1))
+            attempts.start()
             response = attrs.evolve(response, message=storable_message(response.message))
             turns += 1
             usage += response.usage
@@ -264,19 +479,56 @@ async def run_loop(
             if not calls and stop_reason is not StopReason.PAUSE_TURN:
                 # The runner saves this message together with the final status, atomically.
                 return LoopOutcome(RunStatus.COMPLETED, stop_reason, None, usage, turns)
+            answered: dict[str, ToolResult] = {}
+            if (cut := _truncated(response)) is not None:
+                # Answered in the same save as the message, so no resume can ever run it.
+                answered[cut.id] = _CUT_OFF
+                _add_result(state.messages, ToolResultBlock(cut.id, _CUT_OFF.content, True))
             await checkpoint(state)
-            if calls:
-                await run_batch(calls, tools)
+            if calls and await run_batch(calls, tools, answered):
+                return suspended()
             await emit(TurnFinished(turns))
             if outcome := stopped():
                 return outcome
 
 
+class _Undo:
+    """Undoes what a paused call's chain did to the state (private values and the plan): a
+    paused call was not made, so a middleware that counted it must not have counted it."""
+
+    __slots__ = ("private", "state", "todos")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.private = dict(state.private)  # values are replaced by store_private, never mutated
+        self.todos = state.todos
+
+    def __call__(self) -> None:
+        self.state.private.clear()
+        self.state.private.update(self.private)
+        self.state.todos = self.todos
+
+
+def _check_pause(pause: Interrupt, scope: CallScope) -> None:
+    if scope.executed:
+        action = pause.action
+        raise InterruptError(
+            f"interrupt {action.name!r} of middleware {action.middleware!r} reached the loop "
+            f"after tool call {action.tool_call_id!r} ran; an interrupt must come before the "
+            "call runs"
+        ) from None
+
+
 def _add_result(messages: list[Message], result: ToolResultBlock) -> None:
     """Add ``result`` to the user message that answers the last assistant message, creating it
-    on the first result, so a batch is always answered by ONE message."""
+    on the first result, so a batch is always answered by ONE message, in call order."""
     last = messages[-1]
     if last.role == "user" and last.tool_results:
-        messages[-1] = Message("user", (*last.content, result))
+        order = {use.id: i for i, use in enumerate(messages[-2].tool_uses)}
+        blocks = sorted(
+            (*last.content, result),
+            key=lambda b: order.get(b.tool_use_id, 0) if isinstance(b, ToolResultBlock) else 0,
+        )
+        messages[-1] = Message("user", tuple(blocks))
     else:
         messages.append(Message("user", (result,)))

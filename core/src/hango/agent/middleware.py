@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+import attrs
 from attrs import field, frozen
 
+from hango.agent.interrupt import DECISIONS, CallScope, Decision, ask
 from hango.agent.state import State
-from hango.provider.messages import Request, TextBlock, ToolUseBlock
+from hango.provider.messages import JSON, Request, TextBlock, ToolUseBlock
 from hango.provider.model import Model, ModelResponse
 from hango.tool.base import Tool, ToolResult
 
@@ -57,11 +59,56 @@ class ModelRequest:
 
 @frozen
 class ToolCallRequest:
-    """One tool call as the chain sees it; ``tool`` is None for a name no tool answers to."""
+    """One tool call as the chain sees it; ``tool`` is None for a name no tool answers to.
+
+    ``scope`` is the call's per-pass bookkeeping (``hango.agent.interrupt.CallScope``): the
+    loop makes one per call and ``attrs.evolve`` carries it to every rewrite of the request.
+    """
 
     call: ToolUseBlock
     tool: Tool | None
     state: State
+    scope: CallScope = field(factory=CallScope, eq=False, repr=False, kw_only=True)
+
+    def interrupt(
+        self,
+        middleware: str,
+        name: str,
+        *,
+        reason: str,
+        decisions: Sequence[str] = DECISIONS,
+        request: JSON = None,
+        call: ToolUseBlock | None = None,
+    ) -> Decision:
+        """Pause the run for a person's decision about this call, or return that decision.
+
+        ``middleware`` is the calling middleware's name and ``name`` names the question; with
+        the run and the call id they make the interrupt id. ``reason`` is one line for the
+        person, ``decisions`` the decision types allowed (approve, edit, reject, respond),
+        ``request`` optional JSON detail, ``call`` the call asked about when it is not
+        ``self.call`` (an edited call, under the same call id).
+
+        Returns the ``Decision`` recorded for this question and these arguments; otherwise
+        raises ``Interrupt`` (a ``BaseException``: let it propagate), after which the run is
+        suspended. Only valid before this call ran: asked after ``next`` reached the tool, it
+        raises ``InterruptError`` naming the middleware (as it does for unknown decisions).
+        """
+        return ask(
+            self,
+            middleware,
+            name,
+            reason=reason,
+            decisions=decisions,
+            request=request,
+            call=call,
+        )
+
+    def with_call(self, call: ToolUseBlock) -> ToolCallRequest:
+        """This request for ``call`` instead (an edit): ``tool`` is the run's tool of that name
+        (None if there is none), the scope is kept."""
+        if call.name == self.call.name:
+            return attrs.evolve(self, call=call)
+        return attrs.evolve(self, call=call, tool=self.scope.tools.get(call.name))
 
 
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]

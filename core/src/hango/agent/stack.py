@@ -182,7 +182,7 @@ def discover(config: StackConfig, plugins: PluginManager | None = None) -> list[
 
     Raises ``PluginError`` when two plugins provide the same name or a plugin's hook fails.
     """
-    pm = plugins if plugins is not None else make_plugin_manager()
+    pm = plugins if plugins is not None else make_plugin_manager(env=config.settings)
     listed = {name: i for i, name in enumerate(config.agent_middleware)}
     found: dict[str, Placement] = {}
     for mw, plugin, dist, version in _provided(pm, config):
@@ -218,7 +218,7 @@ def resolve_stack(
     twice, or is provided by no installed plugin, and when an object's name is taken; raises
     ``PluginError`` as ``discover`` does.
     """
-    pm = plugins if plugins is not None else make_plugin_manager()
+    pm = plugins if plugins is not None else make_plugin_manager(env=config.settings)
     _check_listed(config)
     placements = discover(config, pm)
     provided = {p.name for p in placements}
@@ -264,7 +264,9 @@ def default_stack(config: StackConfig, plugins: PluginManager | None = None) -> 
     inactive names dropped.
 
     The same config and the same installed plugins give the same chain whatever the order of
-    registration or discovery. An empty list is the plain loop.
+    registration or discovery. An empty list is the plain loop. Without ``plugins``, the
+    plugin manager is made from ``config.settings`` (so its ``HANGO_DISABLE_PLUGINS`` counts,
+    not the process environment's).
     """
     return [p.middleware for p in resolve_stack(config, plugins)]
 
@@ -305,7 +307,9 @@ def check_options(
         validator_cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
         error = jsonschema.exceptions.best_match(validator_cls(schema).iter_errors(table))
         if error is not None:
-            field_path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error.path)
+            # absolute_path: inside an anyOf, ``path`` is relative to the branch that failed.
+            where = error.absolute_path
+            field_path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in where)
             raise ConfigError(
                 f"{source}: [options.{name}]{field_path}: {error.message} (schema of {plugin})"
             )

@@ -4,27 +4,35 @@ Middleware private state lives in ``State.private`` as JSON values keyed by midd
 is read and written only through ``load_private`` / ``store_private``, which go through the one
 cattrs converter. So a resumed run rebuilds each middleware's typed value from the database
 instead of handing it a loose dict, and a missing or malformed value is reported, never
-silently defaulted.
+silently defaulted. What is stored is checked to be JSON when it is stored (a set becomes a
+sorted list; a dict key that is not a string is refused, naming the middleware and the path),
+and what is loaded is a fresh copy: nothing that is not JSON can reach a checkpoint.
+
+Scope: ``todos`` belong to the session (a new run in a session starts with the previous run's
+plan); a middleware's private value belongs to the run, unless the middleware's class declares
+``state_scope = "session"``, in which case a new run starts with the previous run's value
+(``new_run_state``). A resumed run keeps both.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar
 
 import cattrs
 from attrs import define, field, frozen
+from cattrs.v import format_exception
 
 from hango import telemetry
-from hango.convert import CONVERTER
+from hango.agent.interrupt import Interrupts
+from hango.convert import CONVERTER, json_value
 from hango.provider.messages import JSON, Message, Usage
 
 T = TypeVar("T")
 
-#: Version of the ``runs.state_json`` document written by ``dump_state``.
-STATE_VERSION = 1
+#: Version of the ``runs.state_json`` document written by ``dump_state`` (2: ``interrupts``).
+STATE_VERSION = 2
 
 TodoStatus = Literal["pending", "in_progress", "completed"]
 
@@ -45,8 +53,9 @@ class State:
     ``todos`` is the one typed cross-middleware field. ``private`` maps a middleware name to
     its JSON value. ``usage`` is the run's token usage so far: the loop adds each model call's
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
-    across resumes. ``scratch`` is per-batch working data: the loop clears it after every tool
-    batch and it is never persisted.
+    across resumes. ``interrupts`` holds the run's pending actions, decisions and started
+    calls (``hango.agent.interrupt``). ``scratch`` is per-batch working data: the loop clears it
+    after every tool batch and it is never persisted.
     """
 
     run_id: uuid.UUID
@@ -57,28 +66,39 @@ class State:
     todos: list[Todo] = field(factory=list)
     private: dict[str, JSON] = field(factory=dict)
     usage: Usage = field(factory=Usage)
+    interrupts: Interrupts = field(factory=Interrupts)
     scratch: dict[str, Any] = field(factory=dict)
 
 
 class StateError(Exception):
-    """Persisted state is malformed. ``middleware`` names its owner ("state" for the document
-    itself) and ``path`` the bad field, for example ``$.counts['abc']``."""
+    """State is malformed, or a value cannot be stored as JSON. ``middleware`` names its owner
+    ("state" for the document itself) and ``path`` the bad field, for example
+    ``$.counts['abc']``; ``problem`` says which of the two ("is malformed", "cannot be stored")."""
 
-    def __init__(self, middleware: str, path: str, detail: str) -> None:
+    def __init__(
+        self, middleware: str, path: str, detail: str, *, problem: str = "is malformed"
+    ) -> None:
         owner = (
             "run state (state_json)"
             if middleware == "state"
             else f"state of middleware {middleware!r}"
         )
-        super().__init__(f"{owner} is malformed at {path}: {detail}")
+        super().__init__(f"{owner} {problem} at {path}: {detail}")
         self.middleware = middleware
         self.path = path
         self.detail = detail
 
 
+def _explain(exc: BaseException, cls: type | None) -> str:
+    # The converter's strict hooks say what they expected and what they got.
+    if type(exc) is ValueError:
+        return str(exc)
+    return format_exception(exc, cls)
+
+
 def _first_error(exc: Exception, root: str) -> tuple[str, str]:
     """(path, message) of the first error cattrs reports, e.g. ``("$.counts", "expected int")``."""
-    messages = cattrs.transform_error(exc, path=root)
+    messages = cattrs.transform_error(exc, path=root, format_exception=_explain)
     first = messages[0] if messages else str(exc)
     detail, _, path = first.rpartition(" @ ")
     if not detail:
@@ -95,39 +115,55 @@ def load_private(
     """Middleware ``name``'s private value as a ``cls``, and whether it was found.
 
     A missing key gives ``(default(), False)`` (``default`` is ``cls`` unless given) and records
-    the span event ``middleware.state_missing``. Raises ``StateError`` naming the middleware and
-    the bad field's path when the stored value does not structure as ``cls``.
+    the span event ``middleware.state_missing``. The value shares nothing with the stored JSON:
+    changing it changes nothing until it is stored again. Raises ``StateError`` naming the
+    middleware and the bad field's path when the stored value does not structure as ``cls``
+    exactly (a string where an object or a number belongs is malformed, never coerced).
     """
     raw = state.private.get(name)
     if raw is None:
         telemetry.record(telemetry.STATE_MISSING, middleware=name)
         return (default or cls)(), False
     try:
-        return CONVERTER.structure(raw, cls), True
+        return CONVERTER.structure(json_value(raw), cls), True
     except Exception as exc:
         path, detail = _first_error(exc, "$")
         raise StateError(name, path, detail) from exc
 
 
 def store_private(state: State, name: str, value: object) -> None:
-    """Store ``value`` (an attrs instance or JSON-able value) as middleware ``name``'s state.
+    """Store ``value`` (an attrs instance or a JSON-able value) as middleware ``name``'s state.
 
-    Fails at once with ``StateError`` when the converter cannot turn it into JSON.
+    Sets and frozensets are stored as sorted lists, tuples as lists, enums as their values;
+    what is stored is a copy. Raises ``StateError`` naming the middleware and the path at once,
+    when storing, for anything JSON cannot hold: a dict key that is not a string, NaN, an
+    object the converter does not know.
     """
-    raw = CONVERTER.unstructure(value)
     try:
-        # allow_nan=False: NaN and Infinity are not JSON, and PostgreSQL's jsonb rejects them.
-        json.dumps(raw, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StateError(name, "$", f"not JSON-serialisable: {exc}") from exc
+        raw = json_value(CONVERTER.unstructure(value))
+    except (ValueError, TypeError, RecursionError) as exc:
+        path, _, detail = str(exc).partition(": ")
+        if not path.startswith("$"):
+            path, detail = "$", f"{type(exc).__name__}: {exc}"
+        raise StateError(name, path, detail, problem="cannot be stored") from exc
     state.private[name] = raw
 
 
 def dump_state(state: State) -> dict[str, JSON]:
-    """The ``runs.state_json`` document: version, ids, todos and private state.
+    """The ``runs.state_json`` document: version, ids, todos, private state, usage and
+    interrupts.
 
-    Messages are stored in their own table and scratch is never persisted.
+    Messages are stored in their own table and scratch is never persisted. Raises
+    ``StateError`` naming the middleware when a private value is not JSON (written to
+    ``State.private`` directly instead of through ``store_private``).
     """
+    private: dict[str, JSON] = {}
+    for name, raw in state.private.items():
+        try:
+            private[name] = json_value(raw)
+        except (ValueError, RecursionError) as exc:
+            path, _, detail = str(exc).partition(": ")
+            raise StateError(name, path or "$", detail, problem="cannot be stored") from exc
     return {
         "version": STATE_VERSION,
         "run_id": str(state.run_id),
@@ -135,13 +171,19 @@ def dump_state(state: State) -> dict[str, JSON]:
         "agent_id": str(state.agent_id),
         "tenant_id": str(state.tenant_id),
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
-        "private": state.private,
+        "private": private,
         "usage": CONVERTER.unstructure(state.usage),
+        "interrupts": CONVERTER.unstructure(state.interrupts),
     }
 
 
+def _add_interrupts(doc: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 had no interrupts: nothing pending, started or decided.
+    return {**doc, "version": 2, "interrupts": {}}
+
+
 # version -> function upgrading a raw document of that version to the next one.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_interrupts}
 
 
 @frozen
@@ -153,6 +195,7 @@ class _Document:
     todos: list[Todo] = field(factory=list)
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
+    interrupts: Interrupts = field(factory=Interrupts)
 
 
 def load_state(doc: JSON) -> State:
@@ -171,7 +214,15 @@ def load_state(doc: JSON) -> State:
             "state", "$.version", f"{version} is newer than this hango ({STATE_VERSION})"
         )
     while version < STATE_VERSION:
-        doc = _UPGRADES[version](doc)
+        upgrade = _UPGRADES.get(version)
+        if upgrade is None:
+            raise StateError(
+                "state",
+                "$.version",
+                f"{version} has no upgrade path (this hango reads versions "
+                f"{min(_UPGRADES, default=STATE_VERSION)} to {STATE_VERSION})",
+            )
+        doc = upgrade(doc)
         version += 1
     body = {k: v for k, v in doc.items() if k != "version"}
     try:
@@ -187,4 +238,52 @@ def load_state(doc: JSON) -> State:
         todos=list(parsed.todos),
         private=dict(parsed.private),
         usage=parsed.usage,
+        interrupts=parsed.interrupts,
     )
+
+
+def load_run_state(
+    doc: JSON, *, run_id: uuid.UUID, session_id: uuid.UUID, tenant_id: uuid.UUID
+) -> State:
+    """``load_state`` of a run's own ``runs.state_json`` row: the document must name that run,
+    session and tenant. Raises ``StateError`` (at ``$.run_id``, ...) for one that names
+    another, so state copied between rows is refused rather than trusted."""
+    state = load_state(doc)
+    for field_name, expected in (
+        ("run_id", run_id),
+        ("session_id", session_id),
+        ("tenant_id", tenant_id),
+    ):
+        found = getattr(state, field_name)
+        if found != expected:
+            raise StateError(
+                "state", f"$.{field_name}", f"{found} is not this row's {field_name} {expected}"
+            )
+    return state
+
+
+def new_run_state(
+    previous: JSON | None,
+    *,
+    run_id: uuid.UUID,
+    session_id: uuid.UUID,
+    agent_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    session_scoped: Collection[str] = (),
+) -> State:
+    """The state a new run of a session starts with (``messages`` empty: the runner loads the
+    session's history).
+
+    ``previous`` is the ``runs.state_json`` of the session's previous run (``None`` or ``{}``
+    when there is none, or it never ran). The new run gets its todos (the plan is the
+    conversation's) and the private values of the middlewares named in ``session_scoped``;
+    every other private value starts fresh, and so does usage. Raises ``StateError`` when
+    ``previous`` is malformed.
+    """
+    state = State(run_id, session_id, agent_id, tenant_id)
+    if not previous:
+        return state
+    before = load_state(previous)
+    state.todos = list(before.todos)
+    state.private = {k: v for k, v in before.private.items() if k in session_scoped}
+    return state

@@ -113,11 +113,23 @@ Block: TypeAlias = (
 Role: TypeAlias = Literal["user", "assistant"]
 
 
+def _check_role(role: object) -> None:
+    if role not in ("user", "assistant"):
+        raise ValueError(
+            f"a message's role is 'user' or 'assistant', not {role!r} "
+            "(system text goes in Request.system)"
+        )
+
+
 @frozen
 class Message:
-    """One turn of the conversation: ``role`` and a tuple of blocks."""
+    """One turn of the conversation: ``role`` and a tuple of blocks.
 
-    role: Role
+    Raises ``ValueError`` for a role other than ``"user"`` or ``"assistant"``: a provider would
+    otherwise send, say, a ``"system"`` message as an assistant turn.
+    """
+
+    role: Role = field(validator=lambda _, __, role: _check_role(role))
     content: tuple[Block, ...]
 
     @classmethod

@@ -172,7 +172,7 @@ def _decode_arguments(raw: str) -> object:
         # NaN and Infinity are not JSON (RFC 8259); Python would accept them and PostgreSQL
         # would then refuse to store the message.
         return json.loads(raw, parse_constant=_not_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply to decode: malformed as well
         return raw
 
 

@@ -17,7 +17,9 @@ A script is a TOML (or JSON) file::
 
 Turn ``k`` answers the request whose history already holds ``k`` assistant messages, so the
 model is a pure function of the request: a resumed or continued run picks up where its
-history says it is, in any process.
+history says it is, in any process. An empty turn (no text, thinking or calls) is a reply the
+loop never sends back (providers refuse empty messages), so it is counted where it shows: a
+user message directly after another user message, when the script's next turn is empty.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import anyio
 import cattrs
 from attrs import field, frozen
+from cattrs.v import format_exception
 
 from hango.provider.events import (
     MessageStop,
@@ -43,7 +46,7 @@ from hango.provider.events import (
     ToolUseStart,
     ToolUseStop,
 )
-from hango.provider.messages import Request, StopReason, Usage
+from hango.provider.messages import Message, Request, StopReason, Usage
 from hango.provider.model import ModelError
 
 
@@ -73,8 +76,38 @@ class ScriptedTurn:
     stop_reason: StopReason | None = None
     usage: Usage = field(factory=Usage)
 
+    @property
+    def empty(self) -> bool:
+        """No content at all: the model's reply is an empty message (an empty end_turn)."""
+        return not (self.text or self.thinking or self.redacted_thinking or self.tool_calls)
+
+
+def _string(value: object, _: object) -> str:
+    # cattrs would turn ``text = 5`` into "5": a script is checked, not coerced.
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _token_count(value: object, _: object) -> int:
+    # The script's only integers are usage token counts.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a token count (an integer >= 0), got {value!r}")
+    return value
+
+
+def _explain(exc: BaseException, cls: type | None) -> str:
+    # Our hooks' own words ("expected a token count ..., got -3") over cattrs' generic ones.
+    if type(exc) is ValueError:
+        return str(exc)
+    return format_exception(exc, cls)
+
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+_converter.register_structure_hook(str, _string)
+_converter.register_structure_hook(int, _token_count)
+# StopReason is a str subclass: without its own hook the str hook above would take it.
+_converter.register_structure_hook(StopReason, lambda value, _: StopReason(value))
 
 
 def _chunks(text: str, n: int) -> list[str]:
@@ -108,7 +141,9 @@ class ScriptedModel:
             try:
                 parsed.append(_converter.structure(raw, ScriptedTurn))
             except Exception as exc:
-                detail = "; ".join(cattrs.transform_error(exc, path=f"turns[{i}]"))
+                detail = "; ".join(
+                    cattrs.transform_error(exc, path=f"turns[{i}]", format_exception=_explain)
+                )
                 raise ScriptError(f"{source}: turn {i}: {detail}") from None
         return cls(parsed, delay=delay, name=f"scripted:{Path(source).name}")
 
@@ -129,8 +164,22 @@ class ScriptedModel:
             raise ScriptError(f"{path}: delay_ms must be a non-negative number")
         return cls.from_turns(turns, delay=delay / 1000, source=str(path))
 
+    def turn_index(self, messages: Sequence[Message]) -> int:
+        """The turn that answers a request with ``messages`` (see the module docstring)."""
+        k = 0
+        for i, m in enumerate(messages):
+            if m.role == "assistant" or (
+                i > 0
+                and messages[i - 1].role == "user"
+                and len(m.tool_results) < len(m.content)  # a prompt, not only tool results
+                and k < len(self.turns)
+                and self.turns[k].empty
+            ):
+                k += 1
+        return k
+
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        k = sum(1 for m in request.messages if m.role == "assistant")
+        k = self.turn_index(request.messages)
         if k >= len(self.turns):
             raise ModelError(f"script exhausted after {len(self.turns)} turns")
         for event in self._events(k, self.turns[k]):

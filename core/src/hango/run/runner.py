@@ -22,9 +22,10 @@ import attrs
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
-from hango.agent.chain import Chain
+from hango.agent.chain import Chain, MiddlewareError, session_scoped
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
+from hango.agent.interrupt import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
 from hango.agent.stack import (
@@ -36,12 +37,26 @@ from hango.agent.stack import (
     in_process,
     resolve_stack,
 )
-from hango.agent.state import State, StateError, dump_state, load_state
+from hango.agent.state import (
+    State,
+    StateError,
+    dump_state,
+    load_run_state,
+    load_state,
+    new_run_state,
+)
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
-from hango.config import DEFAULT_TENANT, ConfigError, hango_settings, int_setting
+from hango.config import (
+    DEFAULT_TENANT,
+    ConfigError,
+    HangoWarning,
+    hango_settings,
+    int_setting,
+)
 from hango.plugins import PluginManager, make_plugin_manager
-from hango.provider.messages import Message, StopReason, Usage
+from hango.provider.messages import JSON, Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
+from hango.run.decide import Decided, decide_run
 from hango.store.base import (
     Lease,
     LeaseLost,
@@ -57,7 +72,7 @@ from hango.tool.registry import ToolRegistry
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
 
 
-class AllowlistWarning(UserWarning):
+class AllowlistWarning(HangoWarning):
     """An agent's ``tool_allowlist`` names a tool that nothing provides."""
 
 
@@ -167,6 +182,8 @@ class Harness:
                 "stack": [p.record() for p in placements],
                 "model": self.model_spec or agent.model_spec,
                 "base_url": self.base_url or agent.base_url,
+                # Started for workers: a decision puts it back on the queue (hango resume).
+                "queued": status is RunStatus.QUEUED,
             },
         )
         if not agent.portable:
@@ -233,7 +250,10 @@ class Harness:
         return stack
 
     def _chain(self, placements: Sequence[Placement]) -> Chain:
-        return Chain.build([p.middleware for p in placements])
+        # Origins name a failing middleware's distribution in its MiddlewareError.
+        return Chain.build(
+            [p.middleware for p in placements], origins={p.name: p.origin for p in placements}
+        )
 
     def _model(self, run: RunRecord, agent: AgentDefinition) -> Model:
         """The model to continue ``run`` with: this harness's override, else the model the run
@@ -258,6 +278,44 @@ class Harness:
         """``start`` then ``execute``."""
         run = await self.start(agent, message, session_id=session_id)
         return await self.execute(run.id, emit=emit)
+
+    async def decide(
+        self, run_id: uuid.UUID, decisions: Mapping[str, Decision], *, queue: bool = True
+    ) -> Decided:
+        """Record a person's ``decisions`` (tool call id -> ``Decision``) for the suspended run
+        ``run_id``, each bound to its pending action (run, call id, argument digest).
+
+        Once no pending action waits, the run is put back on the queue (``queue=True``: a
+        worker continues it) or left ``running`` for this process to ``execute``. Sending a
+        decision already recorded is a no-op. Raises ``NotFound``, ``StateError`` and
+        ``DecisionRefused`` (a call with no pending action, already decided otherwise, a
+        decision type not allowed, arguments that changed), writing nothing.
+        """
+        ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
+        return await decide_run(self.store, self.tenant_id, run_id, decisions, ready=ready)
+
+    async def resume(
+        self,
+        run_id: uuid.UUID,
+        decisions: Mapping[str, Decision] | None = None,
+        *,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        agent: AgentDefinition | None = None,
+    ) -> RunFinished:
+        """Record ``decisions`` (as ``decide``), then continue the run here (``execute``).
+
+        While a pending action still waits for a decision, returns the run as ``suspended``
+        with ``pending`` set, executing nothing; when every decision was already recorded and
+        the run has finished, returns how it finished. Raises as ``decide`` and ``execute``.
+        """
+        if decisions:
+            done = await self.decide(run_id, decisions, queue=False)
+            run = done.run
+            if done.waiting:
+                return _finished(run, RunStatus.SUSPENDED, done.waiting)
+            if not done.recorded and run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+                return _finished(run, run.status, ())
+        return await self.execute(run_id, emit=emit, agent=agent)
 
     @contextlib.asynccontextmanager
     async def stream(self, run_id: uuid.UUID) -> AsyncIterator[AsyncIterator[Event]]:
@@ -303,6 +361,10 @@ class Harness:
         run), ``StaleVersion`` once another writer saved the run, and ``StoreUnavailable`` when
         the database stayed unreachable (an infrastructure fault, not the run's: it is not
         failed, and a worker leaves it to be reclaimed).
+
+        A run that pauses for a decision ends ``suspended``: its pending actions are saved with
+        its history and listed in ``RunFinished.pending``. A suspended run some of whose
+        pending actions have no decision yet raises ``RunNotResumable``, writing nothing.
         """
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
@@ -327,14 +389,22 @@ class Harness:
             )
         placements = self._rebuild(run, agent)
         saver = _Saver(self.store, run, lease)
+        previous = None if resumed else await _previous_state(self.store, run)
         try:
-            state = _initial_state(run)
+            state = _initial_state(run, previous, session_scoped(p.middleware for p in placements))
         except StateError as exc:
             # Keep the stored state as it is: the run fails, nothing is lost.
             await saver.mark_failed(str(exc))
             finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
             await emit(finished)
             return finished
+        waiting = state.interrupts.waiting()
+        if run.status is RunStatus.SUSPENDED and waiting:
+            raise RunNotResumable(
+                f"run {run_id} is suspended, waiting for a decision on tool call(s) "
+                f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
+                "CALL_ID, or Harness.decide)"
+            )
         state.messages = await self.store.load_messages(self.tenant_id, run.session_id)
         saver.saved = list(state.messages)
 
@@ -391,11 +461,15 @@ class Harness:
                 # Another writer owns the run now, or the database is away: not the run's
                 # fault, and any further write would be refused or lost.
                 raise
-            except Exception as exc:
+            except (Exception, Interrupt) as exc:
+                if isinstance(exc, Interrupt):
+                    exc = misplaced(exc)
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
-                    if isinstance(exc, ModelError | StateError | UnstorableContent)
+                    if isinstance(
+                        exc, ModelError | StateError | MiddlewareError | UnstorableContent
+                    )
                     else (f"{type(exc).__name__}: {exc}")
                 )
                 failed = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
@@ -403,8 +477,14 @@ class Harness:
                     outcome = await saver.finish(state, failed)
             else:
                 outcome = await saver.finish(state, outcome)
+            suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
-                run_id, outcome.status, outcome.stop_reason, outcome.error, state.usage
+                run_id,
+                outcome.status,
+                outcome.stop_reason,
+                outcome.error,
+                state.usage,
+                tuple(state.interrupts.waiting()) if suspended else (),
             )
             await emit(finished)
             return finished
@@ -452,16 +532,19 @@ class _Saver:
 
     async def finish(self, state: State, outcome: LoopOutcome) -> LoopOutcome:
         """Save the run's last state with the outcome's status; returns the outcome saved. If
-        the state or history holds content the store cannot hold, the run is failed instead,
-        with that error, keeping the state and history saved last (nothing is lost that was
-        saved, and nothing is left ``running``)."""
+        the state cannot be saved (content the store cannot hold, a private value that is not
+        JSON), the run is failed instead, keeping the state and history saved last (nothing is
+        lost that was saved, and nothing is left ``running``): with the outcome's own error if
+        it failed already, else with the reason it could not be saved."""
         try:
             await self.save(
                 state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
             )
-        except UnstorableContent as exc:
-            await self.mark_failed(str(exc))
-            return attrs.evolve(outcome, status=RunStatus.FAILED, error=str(exc))
+        except (UnstorableContent, StateError) as exc:
+            failed_already = outcome.status is RunStatus.FAILED and outcome.error
+            error = outcome.error if failed_already else str(exc)
+            await self.mark_failed(error or str(exc))
+            return attrs.evolve(outcome, status=RunStatus.FAILED, error=error)
         return outcome
 
     async def mark_failed(self, error: str) -> None:
@@ -517,10 +600,35 @@ def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
     )
 
 
-def _initial_state(run: RunRecord) -> State:
+def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
+    """How a run stands, from its record (for a resume that executed nothing)."""
+    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
+    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+
+
+def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:
+    """A resumed run's own saved state, or a new run's (``new_run_state``); ``StateError``."""
     if run.state == {}:
-        return State(run.id, run.session_id, run.agent_id, run.tenant_id)
-    return load_state(run.state)
+        return new_run_state(
+            previous,
+            run_id=run.id,
+            session_id=run.session_id,
+            agent_id=run.agent_id,
+            tenant_id=run.tenant_id,
+            session_scoped=session_scoped,
+        )
+    return load_run_state(
+        run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+    )
+
+
+async def _previous_state(store: RunStore, run: RunRecord) -> JSON | None:
+    """The saved state of the run before ``run`` in its session (a session runs one run at a
+    time, so ``run`` is the newest), or None."""
+    for other in await store.list_runs(run.tenant_id, session_id=run.session_id, limit=2):
+        if other.id != run.id:
+            return other.state
+    return None
 
 
 def _first_change(saved: list[Message], current: list[Message]) -> int:

@@ -39,7 +39,8 @@ class StaleVersion(StoreError):
 
 
 class SessionBusy(StoreError):
-    """A session already has a queued or running run."""
+    """A session already has a queued, running or suspended run (a suspended run's history
+    ends with calls that wait for a decision)."""
 
 
 class SchemaError(StoreError):
@@ -84,7 +85,8 @@ class RunRecord:
     ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode);
     ``version`` increments on every save. ``config`` is what the run was started with
     (``runs.config_json``): ``{"stack": [{"name", "distribution", "version"}, ...], "model":
-    SPEC, "base_url": URL | None}``, ``{}`` for a run recorded before migration 0004."""
+    SPEC, "base_url": URL | None, "queued": bool}`` (``queued``: started for workers), ``{}`` for
+    a run recorded before migration 0004."""
 
     id: uuid.UUID
     tenant_id: uuid.UUID
@@ -174,7 +176,7 @@ class RunStore(Protocol):
         ``config`` (what it is started with, see ``RunRecord``) is stored as config_json.
 
         Raises ``NotFound`` for an unknown session and ``SessionBusy`` when the session has a
-        queued or running run.
+        queued, running or suspended run.
         """
         ...
 
@@ -260,11 +262,12 @@ class RunStore(Protocol):
 
     async def release_run(self, lease: Lease) -> bool:
         """Give up the lease: clear it, and put a run that did not finish (``queued``,
-        ``running`` or ``cancelled``) back to ``queued`` with no error and ``attempts`` one
-        lower, as before this claim (a hand-back is not an attempt: only claims that ended in a
-        crash or an expired lease count); a finished run keeps its status, count and error.
-        Increments the version. Returns ``False``, writing nothing, when the lease was no
-        longer held."""
+        ``running`` or ``cancelled``) back to ``queued`` with no error; a suspended run keeps
+        its status (it waits for a person), a finished one its status and error. Unless the
+        run finished, ``attempts`` goes one lower, back to what it was before this claim (a
+        hand-back or a suspension is not an attempt: only claims that ended in a crash or an
+        expired lease count). Increments the version. Returns ``False``, writing nothing, when
+        the lease was no longer held."""
         ...
 
     def watch_queue(

@@ -13,6 +13,7 @@ from typing import Any
 
 from yoyo import get_backend, read_migrations
 
+from hango.redact import redact_url
 from hango.store.base import SchemaError
 
 _FOLDER = Path(__file__).parent / "migrations"
@@ -25,7 +26,9 @@ def backend_kind(url: str) -> str:
         return "sqlite"
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         return "postgres"
-    raise ValueError(f"unsupported database URL {url!r} (sqlite:///PATH or postgresql://...)")
+    raise ValueError(
+        f"unsupported database URL {redact_url(url)!r} (sqlite:///PATH or postgresql://...)"
+    )
 
 
 def _yoyo_url(url: str) -> str:

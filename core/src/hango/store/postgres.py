@@ -123,8 +123,9 @@ _RELEASE = """
 UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued'
         ELSE status END,
-    -- A hand-back is not an attempt: the count goes back to what it was before this claim.
-    attempts = CASE WHEN status IN ('queued', 'running', 'cancelled')
+    -- A hand-back or a suspension is not an attempt: the count goes back to what it was
+    -- before this claim.
+    attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended')
         THEN greatest(attempts - 1, 0) ELSE attempts END,
     error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL ELSE error END,
     version = version + 1, updated_at = now(), write_id = %(write_id)s
@@ -331,7 +332,7 @@ class PostgresRunStore:
                         raise NotFound(f"session {session} not found")
                     cur = await conn.execute(
                         "SELECT id FROM runs WHERE tenant_id = %s AND session_id = %s "
-                        "AND status IN ('queued', 'running') LIMIT 1",
+                        "AND status IN ('queued', 'running', 'suspended') LIMIT 1",
                         (tenant_id, session),
                     )
                     busy = await cur.fetchone()

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import json
 import sqlite3
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ import attrs
 from hango.agent.events import RunStatus
 from hango.convert import message_to_json
 from hango.provider.messages import Message, StopReason
+from hango.redact import redact_url
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
@@ -56,7 +58,7 @@ POLL_SECONDS = 0.5
 def sqlite_path(url: str) -> Path:
     """The file of a ``sqlite:///PATH`` URL (relative PATH is relative to the working dir)."""
     if not url.startswith("sqlite:///"):
-        raise ValueError(f"not a sqlite URL: {url!r} (expected sqlite:///PATH)")
+        raise ValueError(f"not a sqlite URL: {redact_url(url)!r} (expected sqlite:///PATH)")
     return Path(url.removeprefix("sqlite:///"))
 
 
@@ -112,6 +114,9 @@ class SqliteRunStore:
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if str(path) == ":memory:":
+                conn = await anyio.to_thread.run_sync(cls._connect_memory)
+                return cls(conn)
             await anyio.to_thread.run_sync(migrate.upgrade, url)
             conn = await anyio.to_thread.run_sync(cls._connect, path)
         except sqlite3.Error as exc:
@@ -124,6 +129,21 @@ class SqliteRunStore:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    @classmethod
+    def _connect_memory(cls) -> sqlite3.Connection:
+        # A ``:memory:`` database lives only on its own connection, and the migrations run on
+        # yoyo's: migrate a temporary file, then copy it into a fresh in-memory database.
+        with tempfile.TemporaryDirectory() as folder:
+            file = Path(folder) / "hango.db"
+            migrate.upgrade(f"sqlite:///{file}")
+            conn = cls._connect(Path(":memory:"))
+            source = sqlite3.connect(file)
+            try:
+                source.backup(conn)
+            finally:
+                source.close()
         return conn
 
     async def __aenter__(self) -> SqliteRunStore:
@@ -217,7 +237,7 @@ class SqliteRunStore:
                     raise NotFound(f"session {session_id} not found")
                 busy = conn.execute(
                     "SELECT id FROM runs WHERE tenant_id = ? AND session_id = ? "
-                    "AND status IN ('queued', 'running')",
+                    "AND status IN ('queued', 'running', 'suspended')",
                     (tenant, str(session_id)),
                 ).fetchone()
                 if busy is not None:
@@ -460,9 +480,9 @@ class SqliteRunStore:
                 "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
                 "status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued' "
                 "ELSE status END, "
-                # A hand-back is not an attempt: the count goes back to what it was before
-                # this claim.
-                "attempts = CASE WHEN status IN ('queued', 'running', 'cancelled') "
+                # A hand-back or a suspension is not an attempt: the count goes back to what it
+                # was before this claim.
+                "attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended') "
                 "THEN max(attempts - 1, 0) ELSE attempts END, "
                 "error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL "
                 "ELSE error END, "

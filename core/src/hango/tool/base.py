@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import frozen
@@ -33,6 +34,13 @@ class ToolContext:
     state: State
     call: ToolUseBlock
 
+    @property
+    def idempotency_key(self) -> str:
+        """A key for this tool call that stays the same when the call is resumed, in any
+        process (a UUID5 of the run id and the tool call id): pass it to a service that
+        deduplicates requests, so an attempt repeated after a crash is recognised there."""
+        return str(uuid.uuid5(self.state.run_id, f"tool call {self.call.id}"))
+
 
 @runtime_checkable
 class Tool(Protocol):
@@ -40,6 +48,12 @@ class Tool(Protocol):
 
     ``call`` receives arguments already validated against ``spec.input_schema``. An exception
     it raises (other than cancellation) becomes an error result carrying the exception's message.
+
+    A tool whose effect must not happen twice declares ``idempotent = False`` (an attribute;
+    absent means idempotent). The loop then saves that the call started before running it, and
+    a resumed run never runs a started call without a saved result again on its own: the call
+    gets an error result saying its outcome is unknown, or a person is asked again when an
+    approval middleware gates the tool.
     """
 
     @property

@@ -25,11 +25,13 @@ from hango.tool.base import ToolContext, ToolResult
 
 @frozen
 class FunctionTool:
-    """A Tool wrapping ``func``; ``context_param`` names the parameter that takes ToolContext."""
+    """A Tool wrapping ``func``; ``context_param`` names the parameter that takes ToolContext;
+    ``idempotent`` is False for a function whose effect must not happen twice (see ``Tool``)."""
 
     spec: ToolSpec
     func: Callable[..., Any]
     context_param: str | None = None
+    idempotent: bool = True
 
     async def call(self, input: dict[str, Any], ctx: ToolContext) -> ToolResult:
         kwargs = dict(input)
@@ -79,20 +81,22 @@ def _schema(func: Callable[..., Any]) -> tuple[dict[str, Any], str | None]:
     return schema, context_param
 
 
-def _build(func: Callable[..., Any], name: str | None, description: str | None) -> FunctionTool:
+def _build(
+    func: Callable[..., Any], name: str | None, description: str | None, idempotent: bool
+) -> FunctionTool:
     schema, context_param = _schema(func)
     doc = description if description is not None else inspect.getdoc(func)
     if not doc:
         raise TypeError(f"tool {func.__name__}: a tool needs a docstring (its description)")
     spec = ToolSpec(name or func.__name__, doc, schema)
-    return FunctionTool(spec, func, context_param)
+    return FunctionTool(spec, func, context_param, idempotent)
 
 
 @overload
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, idempotent: bool = True
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -102,13 +106,15 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    idempotent: bool = True,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-    """Decorator: ``@tool`` or ``@tool(name=..., description=...)`` on a sync or async function.
+    """Decorator: ``@tool`` or ``@tool(name=..., description=..., idempotent=False)`` on a sync
+    or async function. ``idempotent=False``: its effect must not happen twice (see ``Tool``).
 
     The function returns ``str`` (the result text), a ``ToolResult``, or any JSON-serialisable
     value (sent as JSON text). Raises ``TypeError`` at decoration time for a function with no
     docstring or with ``*args``/``**kwargs``.
     """
     if func is not None:
-        return _build(func, name, description)
-    return lambda f: _build(f, name, description)
+        return _build(func, name, description, idempotent)
+    return lambda f: _build(f, name, description, idempotent)

@@ -6,12 +6,18 @@ of the assistant message right before it. A crash, a cancel or an edited history
 that. ``repair_history`` restores it with the least change: each call without a result gets a
 synthetic error result, each result without its call (or answering a call a second time) is
 dropped. A result counts only in the user message right after its call: a result further on
-is an orphan there, and its call is answered as interrupted.
+is an orphan there, and its call is answered as interrupted. Calls the run finishes itself
+(``hold``: a batch suspended for a decision, a call whose outcome is unknown) are left
+unanswered.
+
+A history also opens with the user. When the first messages are orphan results (a history cut
+in the middle of a batch), what remains before the first user prompt answers a conversation
+that is no longer there, and is dropped as well.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Final
 
 from attrs import frozen
@@ -28,15 +34,17 @@ INTERRUPTED: Final = (
 @frozen
 class Repair:
     """A repaired history: the new ``messages`` (unchanged messages are the same objects),
-    how many synthetic results were ``added`` and how many orphan results ``dropped``."""
+    how many synthetic results were ``added``, how many orphan results ``dropped`` and how
+    many messages before the first user prompt were ``trimmed``."""
 
     messages: list[Message]
     added: int
     dropped: int
+    trimmed: int = 0
 
 
 def _answer(
-    calls: tuple[ToolUseBlock, ...], reply: Message | None
+    calls: tuple[ToolUseBlock, ...], reply: Message | None, hold: Set[str] = frozenset()
 ) -> tuple[list[Message], int, int]:
     """The user message(s) that answer ``calls``, made from ``reply`` (the message after the
     assistant message, if it is a user message): ``(messages, added, dropped)``.
@@ -56,7 +64,11 @@ def _answer(
         kept.append(block)
     dropped = len(content) - len(kept)
     answered = len(calls) - len(unanswered)
-    missing = tuple(ToolResultBlock(c.id, INTERRUPTED, True) for c in calls if c.id in unanswered)
+    missing = tuple(
+        ToolResultBlock(c.id, INTERRUPTED, True)
+        for c in calls
+        if c.id in unanswered and c.id not in hold
+    )
     body = reply if not dropped else (Message("user", tuple(kept)) if kept else None)
     out: list[Message] = []
     if missing and answered:
@@ -69,15 +81,18 @@ def _answer(
     return out, len(missing), dropped
 
 
-def repair_history(messages: Sequence[Message]) -> Repair | None:
+def repair_history(messages: Sequence[Message], hold: Set[str] = frozenset()) -> Repair | None:
     """The repaired history, or None when ``messages`` needs no repair.
 
-    Idempotent: a repaired history needs no repair. A user message left empty by dropping
-    orphan results is removed.
+    Idempotent: a repaired history needs no repair. Everything before the first user prompt is
+    dropped (a history without any prompt is left to open as it does), then a user message
+    left empty by dropping orphan results is removed. Calls whose id is in ``hold`` are never
+    answered.
     """
+    trimmed = next((i for i, m in enumerate(messages) if _is_prompt(m)), 0)
     out: list[Message] = []
     added = dropped = 0
-    i = 0
+    i = trimmed
     while i < len(messages):
         message = messages[i]
         i += 1
@@ -86,13 +101,18 @@ def repair_history(messages: Sequence[Message]) -> Repair | None:
             reply = messages[i] if i < len(messages) and messages[i].role == "user" else None
             if reply is not None:
                 i += 1
-            answer, a, d = _answer(message.tool_uses, reply)
+            answer, a, d = _answer(message.tool_uses, reply, hold)
         else:
             # A user message that follows a user message (or opens the history) answers no call.
             answer, a, d = _answer((), message)
         out.extend(answer)
         added += a
         dropped += d
-    if not added and not dropped:
+    if not added and not dropped and not trimmed:
         return None
-    return Repair(out, added, dropped)
+    return Repair(out, added, dropped, trimmed)
+
+
+def _is_prompt(message: Message) -> bool:
+    """A user message with something other than tool results: where a conversation can open."""
+    return message.role == "user" and len(message.tool_results) < len(message.content)

@@ -40,6 +40,8 @@ class RepeatCallMiddleware:
     """Blocks a call whose key has already been called ``threshold - 1`` times in the run."""
 
     name = "repeat_call"
+    #: The counts belong to one run: a new run of the session starts from zero.
+    state_scope = "run"
 
     def __init__(self, threshold: int = DEFAULT_THRESHOLD) -> None:
         if threshold < 2:

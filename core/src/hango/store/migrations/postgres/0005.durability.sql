@@ -5,4 +5,5 @@
 ALTER TABLE runs ADD COLUMN write_id uuid;
 -- A session's active run (the busy check of every new run in it) in one index probe, however
 -- many runs the session has had.
-CREATE INDEX runs_active ON runs (tenant_id, session_id) WHERE status IN ('queued', 'running');
+CREATE INDEX runs_active ON runs (tenant_id, session_id)
+    WHERE status IN ('queued', 'running', 'suspended');
