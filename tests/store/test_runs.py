@@ -645,7 +645,12 @@ async def test_a_worker_cut_off_from_the_database_leaves_its_run_to_be_reclaimed
         await database_link.restore()
         (done,) = await wait_finished(store, tenant, [run.id])
         worker.stop()
-    assert "stopped working on it, nothing more written" in caplog.text
+    # It gave up on the save, or its lease ran out first and the save was fenced off: either
+    # way it wrote nothing more.
+    assert (
+        "stopped working on it, nothing more written" in caplog.text
+        or "another worker owns it now" in caplog.text
+    )
     # Completed, never failed; handed back (attempts 1) or reclaimed after the lease expired
     # (2), depending on whether the database was back when the worker released it.
     assert (done.status, done.error) == (RunStatus.COMPLETED, None)

@@ -44,18 +44,25 @@ def replace_lone_surrogates(text: str) -> str:
 
 def _clean_json(value: JSON) -> JSON:
     """``value`` with lone surrogates replaced in every string and key (the same object when
-    there were none)."""
+    there were none). Loops, not comprehensions: one stack frame per level of nesting."""
     if isinstance(value, str):
         return replace_lone_surrogates(value)
     if isinstance(value, list):
-        items = [_clean_json(v) for v in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        items: list[JSON] = []
+        changed = False
+        for item in value:
+            clean = _clean_json(item)
+            changed = changed or clean is not item
+            items.append(clean)
+        return items if changed else value
     if isinstance(value, dict):
-        pairs = [(replace_lone_surrogates(k), _clean_json(v)) for k, v in value.items()]
-        same = all(
-            k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(), strict=True)
-        )
-        return value if same else dict(pairs)
+        pairs: dict[str, JSON] = {}
+        changed = False
+        for key, item in value.items():
+            clean_key, clean = replace_lone_surrogates(key), _clean_json(item)
+            changed = changed or clean_key is not key or clean is not item
+            pairs[clean_key] = clean
+        return pairs if changed else value
     return value
 
 
@@ -63,9 +70,13 @@ def _non_finite(value: JSON) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
     if isinstance(value, list):
-        return any(_non_finite(v) for v in value)
-    if isinstance(value, dict):
-        return any(_non_finite(v) for v in value.values())
+        for item in value:
+            if _non_finite(item):
+                return True
+    elif isinstance(value, dict):
+        for item in value.values():
+            if _non_finite(item):
+                return True
     return False
 
 
@@ -78,11 +89,14 @@ def _storable_block(block: Block) -> Block:
             clean = replace_lone_surrogates(thinking)
             return block if clean is thinking else ThinkingBlock(clean, signature)
         case ToolUseBlock(id=id_, name=name, input=input_):
-            args = _clean_json(input_)
-            if _non_finite(args):
-                # Kept as the text the model meant (Infinity, NaN): the loop answers a call
-                # whose arguments are not a JSON object with an error result.
-                args = json.dumps(args, ensure_ascii=False)
+            try:
+                args = _clean_json(input_)
+                if _non_finite(args):
+                    # Kept as the text the model meant (Infinity, NaN): the loop answers a
+                    # call whose arguments are not a JSON object with an error result.
+                    args = json.dumps(args, ensure_ascii=False)
+            except RecursionError:
+                args = input_  # nested too deeply to walk: the loop refuses to run the call
             clean_id, clean_name = replace_lone_surrogates(id_), replace_lone_surrogates(name)
             if args is input_ and clean_id is id_ and clean_name is name:
                 return block
