@@ -40,7 +40,7 @@ from hango.plugins import PluginError, make_plugin_manager
 from hango.provider.model import ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
-from hango.render import Renderer, checklist
+from hango.render import Renderer, checklist, clip_line, clip_text
 from hango.run import Decided, Harness
 from hango.store import StoreError, open_store
 from hango.store.base import RunRecord
@@ -489,16 +489,14 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
             kind = block.type
             if kind == "text":
                 console.print(f"[bold]{m.role}:[/bold] ", end="")
-                console.print(block.text, markup=False)
+                # soft_wrap: the terminal wraps; rich wrapping megabytes takes seconds.
+                console.print(clip_text(block.text), markup=False, soft_wrap=True)
             elif kind == "tool_use":
-                console.print(
-                    f"  → {block.name} {json.dumps(block.input)}", markup=False, style="cyan"
-                )
+                args = clip_line(json.dumps(block.input, ensure_ascii=False))
+                console.print(f"  → {block.name} {args}", markup=False, style="cyan")
             elif kind == "tool_result":
                 style = "red" if block.is_error else "dim"
-                console.print(
-                    "  ← " + " ".join(block.content.split())[:100], markup=False, style=style
-                )
+                console.print("  ← " + clip_line(block.content, 100), markup=False, style=style)
     if isinstance(record.state, dict) and record.state:
         try:
             todos = load_state(record.state).todos
@@ -728,7 +726,7 @@ def worker(
     it back in the queue; a second one cancels the runs at once (also saved and queued)."""
     import logging
 
-    from hango.run.worker import Worker
+    from hango.run.worker import Worker, wait_for_store
     from hango.telemetry_setup import configure_telemetry
 
     configure_telemetry(None)
@@ -739,7 +737,7 @@ def worker(
     logging.getLogger("hango.worker").setLevel(logging.INFO)
 
     async def main_() -> None:
-        store = await open_store(_db_url(db))
+        store = await wait_for_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id, model_spec=model)
             w = Worker(

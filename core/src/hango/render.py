@@ -31,9 +31,22 @@ _ONE_LINE: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis", "crop": Tr
 _MARKS = {"completed": ("[x]", "green"), "in_progress": ("[>]", "yellow"), "pending": ("[ ]", "")}
 
 
-def _clip(text: str, width: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+#: Characters of one text block that ``hango runs show`` prints (``--json`` prints all).
+SHOW_TEXT_CHARS = 20_000
+
+
+def clip_line(text: str, width: int = 200) -> str:
+    """``text`` on one line (whitespace collapsed), at most ``width`` characters. Only the
+    start of ``text`` is looked at, so a result of megabytes costs what a short one does."""
+    line = " ".join(text[: width * 4].split())
+    return line if len(line) <= width and len(text) <= width * 4 else line[: width - 1] + "…"
+
+
+def clip_text(text: str, limit: int = SHOW_TEXT_CHARS) -> str:
+    """``text`` up to ``limit`` characters, then a line counting the characters not shown."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit:,} more characters: --json shows them]"
 
 
 def checklist(todos: Sequence[Todo]) -> Text:
@@ -54,7 +67,7 @@ def retry_line(retry: ProviderRetry) -> str:
     detail = retry.error.removeprefix(f"{retry.provider}: ").removeprefix(f"{retry.provider} ")
     return (
         f"{retry.provider}: {status}, retry {retry.attempt} of {retry.max_retries} "
-        f"in {retry.wait_seconds:g} s: {_clip(detail)}"
+        f"in {retry.wait_seconds:g} s: {clip_line(detail)}"
     )
 
 
@@ -108,11 +121,11 @@ class Renderer:
                     if isinstance(call.input, dict)
                     else repr(call.input)
                 )
-                c.print(Text(f"→ {call.name} {_clip(args)}", style="cyan"), **_ONE_LINE)
+                c.print(Text(f"→ {call.name} {clip_line(args)}", style="cyan"), **_ONE_LINE)
             case ToolCallFinished(result=result):
                 style = "red" if result.is_error else "dim"
                 prefix = "  ✗ " if result.is_error else "  ← "
-                c.print(Text(prefix + _clip(result.content), style=style), **_ONE_LINE)
+                c.print(Text(prefix + clip_line(result.content), style=style), **_ONE_LINE)
             case InterruptRaised(action=action):
                 self._end_text()
                 line = f"  ⏸ waiting for a person: {action.reason} ({action.tool_call_id})"
