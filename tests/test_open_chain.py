@@ -117,11 +117,13 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
         "repair_tool_calls",
         "todo",
         "repeat_call",
+        "limits",
         *listed,
         "model_fallback",
         "prompt_cache",
         "memory",
         "human_in_the_loop",
+        "tool_retry",
         "tool_allowlist",
     ]
     assert {e["name"]: (e["distribution"], e["version"]) for e in stack}["audit_log"] == (
@@ -320,13 +322,14 @@ async def test_harness_middleware_objects_join_the_default_stack(
     record = await store.get_run(harness.tenant_id, finished.run_id)
     names = [(e["name"], e["distribution"]) for e in record.config["stack"]]
     # After the agent's own, still inside the agent slot: before memory and the allowlist.
-    assert names[-7:] == [
+    assert names[-8:] == [
         ("shout", "hango-shout"),
         ("recorder", "<in-process>"),
         ("model_fallback", "hango-fallback"),
         ("prompt_cache", "hango-prompt-cache"),
         ("memory", "hango-recall"),
         ("human_in_the_loop", "hango-approval"),
+        ("tool_retry", "hango-retry"),
         ("tool_allowlist", "hango-allowlist"),
     ]
     # A harness without the object cannot continue such a run; one with it can.
@@ -381,13 +384,26 @@ async def test_an_agent_of_python_objects_runs_on_core_alone_and_resumes_in_its_
 
 def test_the_demo_agent_runs_on_core_alone(tmp_path: Path) -> None:
     demo = Path(__file__).resolve().parents[1] / "examples" / "demo" / "agent.toml"
-    db = f"sqlite:///{tmp_path / 'hango.db'}"
-    env = {"HANGO_DISABLE_PLUGINS": "todo,repeat,allowlist,repair"}
-    result = CliRunner(env=env).invoke(
-        main, ["run", "--agent", str(demo), "--db", db, "--json", "What are the open risks?"]
+    env = {
+        **os.environ,
+        "HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}",
+        # every installed plugin, and a name that is none: one warning line each
+        "HANGO_DISABLE_PLUGINS": "todo,repeat,allowlist,repair,fallback,prompt_cache,"
+        "approval,limits,retry,nonesuch",
+    }
+    done = subprocess.run(
+        [HANGO, "run", "--agent", str(demo), "--json", "What are the open risks?"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert result.exit_code == 0, result.output
-    assert "write_todos" in result.output  # the warning: allowlisted, provided by nothing
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "completed"
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert any("write_todos" in w and "nothing provides" in w for w in warnings), done.stderr
+    assert any("nonesuch" in w for w in warnings), done.stderr
+    assert "Warning:" not in done.stderr  # no Python-format warning lines
 
 
 # -- the model and usage of a run -------------------------------------------------------------
@@ -500,3 +516,32 @@ def test_a_tool_module_that_fails_at_import_is_one_line(tmp_path: Path, source: 
     assert result.exit_code == 2, result.output
     assert "tools[0] = 'bad_tools:TOOLS': importing bad_tools failed" in result.output
     assert "Traceback" not in result.output
+
+
+NONE_WRAPPER = """
+import hango
+
+class ReturnsNothing:
+    name = "returns_nothing"
+
+    async def wrap_model_call(self, req, next):
+        await next(req)
+
+@hango.hookimpl
+def hango_middleware(config):
+    return ReturnsNothing()
+"""
+
+
+@pytest.mark.anyio
+async def test_a_failing_middleware_is_named_with_its_distribution(
+    install: Install, tmp_path: Path, store: RunStore
+) -> None:
+    install("hango-nothing", "nothing", "returns_nothing", body=NONE_WRAPPER)
+    agent = AgentDefinition.from_file(agent_file(tmp_path, 'middleware = ["returns_nothing"]'))
+    finished = await Harness(store, settings={}).run(agent, "hi")
+    assert finished.status is RunStatus.FAILED
+    assert finished.error is not None
+    assert "'returns_nothing'" in finished.error
+    assert "distribution hango-nothing 1.2.3" in finished.error
+    assert "None" in finished.error and "AttributeError" not in finished.error

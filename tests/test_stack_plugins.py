@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 import hango_allowlist
 import hango_approval
 import hango_fallback
+import hango_limits
 import hango_prompt_cache
 import hango_repair
 import hango_repeat
+import hango_retry
 import hango_todo
 from hango import (
     AgentDefinition,
@@ -54,9 +56,11 @@ STACK = [
     "repair_tool_calls",
     "todo",
     "repeat_call",
+    "limits",
     "model_fallback",
     "prompt_cache",
     "human_in_the_loop",
+    "tool_retry",
     "tool_allowlist",
 ]
 PLUGINS: dict[str, ModuleType] = {
@@ -64,6 +68,8 @@ PLUGINS: dict[str, ModuleType] = {
     "repeat": hango_repeat,
     "allowlist": hango_allowlist,
     "repair": hango_repair,
+    "limits": hango_limits,
+    "retry": hango_retry,
     "fallback": hango_fallback,
     "prompt_cache": hango_prompt_cache,
     "approval": hango_approval,
@@ -74,6 +80,8 @@ SLOTS = {
     "repeat": "repeat_call",
     "allowlist": "tool_allowlist",
     "repair": "repair_tool_calls",
+    "limits": "limits",
+    "retry": "tool_retry",
     "fallback": "model_fallback",
     "prompt_cache": "prompt_cache",
     "approval": "human_in_the_loop",
@@ -127,9 +135,11 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
+        ("limits", "hango-limits", "limits"),
         ("model_fallback", "hango-fallback", "model_fallback"),
         ("prompt_cache", "hango-prompt-cache", "prompt_cache"),
         ("human_in_the_loop", "hango-approval", "human_in_the_loop"),
+        ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
     assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]
@@ -185,7 +195,7 @@ async def test_tools_the_provider_sees_are_in_exact_order(
     assert len(plan_blocks) == ("write_todos" in expected)
 
 
-# -- a real run with the four plugins ---------------------------------------------------------
+# -- a real run with the plugins ---------------------------------------------------------------
 
 
 def tools_module(tmp_path: Path) -> str:

@@ -1,9 +1,14 @@
 """``hango worker`` processes against SQLite and PostgreSQL: a worker killed with SIGKILL mid-run
-is replaced and no completed call runs twice; SIGTERM hands the run back at a turn boundary;
-two workers drain 200 queued demo runs, each exactly once.
+is replaced and no completed call runs twice; SIGTERM hands the run back at a turn boundary, and
+five hand-backs of one run are no attempts; a paused worker writes nothing to a run another
+completed; two workers drain 200 queued demo runs, each exactly once; every PostgreSQL backend
+terminated twice under two workers loses, fails and repeats nothing; a worker waits for a
+database that is not there yet, or goes away.
 
 The tools of the test agent append one line per execution to a file, so the counts are the
-tools' own, not the harness's.
+tools' own, not the harness's. The PostgreSQL server itself is never restarted (other tests
+run against it): its backends are terminated (``pg_terminate_backend``) in a database of the
+test's own, or a proxy in front of it (``database_link``) cuts the connections.
 """
 
 from __future__ import annotations
@@ -14,16 +19,20 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
+import psycopg
 import pytest
 
 from hango import AgentDefinition, Harness, Message, RunStatus
-from hango.store import RunStore, open_store
+from hango.store import RunStore, migrate, open_store
 from hango.store.base import RunRecord
 
 pytestmark = pytest.mark.anyio
@@ -88,7 +97,36 @@ def slow(label: str, ctx: ToolContext) -> str:
     return f"{label} done"
 
 
-TOOLS = [record, block_once, slow]
+@tool
+def step(label: str, ctx: ToolContext) -> str:
+    """Take a moment.
+
+    Args:
+        label: what to record.
+    """
+    note(ctx, label + ":start")
+    time.sleep(0.3)
+    note(ctx, label + ":done")
+    return f"{label} done"
+
+
+@tool
+def pause_once(label: str, ctx: ToolContext) -> str:
+    """The first execution takes 1 s (long enough to be paused in); later ones return.
+
+    Args:
+        label: what to record.
+    """
+    note(ctx, label + ":start")
+    mark = HERE / "paused.mark"
+    if not mark.exists():
+        mark.touch()
+        time.sleep(1.0)
+    note(ctx, label + ":done")
+    return f"{label} done"
+
+
+TOOLS = [record, block_once, slow, step, pause_once]
 '''
 
 
@@ -118,12 +156,13 @@ async def store(database_url: str) -> AsyncIterator[RunStore]:
 class Workers:
     """``hango worker`` processes of one test, logging to files; all stopped at the end."""
 
-    def __init__(self, tmp_path: Path, database_url: str, tenant: uuid.UUID) -> None:
+    def __init__(self, tmp_path: Path, database_url: str, tenant: uuid.UUID, **env: str) -> None:
         self.tmp_path = tmp_path
         self.env = {
             **os.environ,
             "HANGO_DATABASE_URL": database_url,
             "HANGO_TENANT": str(tenant),
+            **env,
         }
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 
@@ -151,6 +190,7 @@ class Workers:
     def stop_all(self) -> None:
         for proc, _ in self.procs:
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a paused one must be able to die
                 proc.kill()
                 proc.wait()
 
@@ -332,3 +372,234 @@ async def test_two_workers_complete_200_queued_demo_runs_exactly_once(
     for r in runs:
         assert sum(log.count(f"run {r.id} completed") for log in logs) == 1
     assert all(" completed" in log for log in logs)
+
+
+HAND_BACK_SCRIPT = (
+    "\n".join(
+        f"""
+[[turns]]
+[[turns.tool_calls]]
+name = "step"
+input = {{ label = "s{i}" }}
+"""
+        for i in range(1, 7)
+    )
+    + '\n[[turns]]\ntext = "done"\n'
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # both: tests/store
+async def test_five_sigterm_hand_backs_are_no_attempts_and_the_run_then_completes(
+    store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
+) -> None:
+    folder = agent_dir(tmp_path, HAND_BACK_SCRIPT)
+    # Six idle workers at once (a rolling restart): each hand-back goes to the next one.
+    procs = {
+        f"w{i}": workers.start("--concurrency", "1", "--max-attempts", "5", "--name", f"w{i}")
+        for i in range(6)
+    }
+    for proc in procs.values():
+        await workers.ready(proc)
+    (run,) = await submit(store, tenant, folder / "agent.toml")
+    stopped: list[str] = []
+    for i in range(1, 6):
+        await wait_for_line(folder, f"{run.id} s{i}:start")
+        owner = (await store.get_run(tenant, run.id)).lease_owner
+        assert owner is not None and owner not in stopped
+        procs[owner].send_signal(signal.SIGTERM)  # mid-turn: finish it, save, hand back
+        assert await workers.exit_code(procs[owner]) == 0
+        stopped.append(owner)
+        back = await store.get_run(tenant, run.id)
+        if back.status is RunStatus.QUEUED:  # unless the next worker has it already
+            assert (back.attempts, back.lease_owner) == (0, None)
+
+    (done,) = await wait_until(store, tenant, [run.id])
+    assert (done.status, done.error) == (RunStatus.COMPLETED, None)
+    assert done.attempts == 1  # only the last claim: five hand-backs counted for nothing
+    counts = executions(folder)
+    for i in range(1, 7):
+        assert (counts[f"{run.id} s{i}:start"], counts[f"{run.id} s{i}:done"]) == (1, 1)
+    for name in stopped:
+        assert "back to the queue" in workers.log(procs[name])
+
+
+PAUSE_SCRIPT = """
+[[turns]]
+[[turns.tool_calls]]
+name = "pause_once"
+input = { label = "p" }
+
+[[turns]]
+text = "done"
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # both: tests/store
+async def test_a_worker_paused_past_its_lease_writes_nothing_to_the_run_another_completed(
+    store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
+) -> None:
+    folder = agent_dir(tmp_path, PAUSE_SCRIPT)
+    (run,) = await submit(store, tenant, folder / "agent.toml")
+    paused = workers.start("--concurrency", "1", "--lease", "1", "--name", "paused")
+    await wait_for_line(folder, f"{run.id} p:start")
+    paused.send_signal(signal.SIGSTOP)  # in the middle of its tool, for longer than its lease
+
+    second = workers.start("--lease", "5", "--name", "second")
+    (done,) = await wait_until(store, tenant, [run.id])
+    assert done.status is RunStatus.COMPLETED, done.error
+    history = await store.load_messages(tenant, run.session_id)
+
+    paused.send_signal(signal.SIGCONT)  # its tool returns; it tries to save and release
+    with anyio.fail_after(30):
+        while "another worker owns it now" not in workers.log(paused):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert await store.get_run(tenant, run.id) == done  # not one write
+    assert await store.load_messages(tenant, run.session_id) == history
+    for proc in (paused, second):
+        proc.send_signal(signal.SIGTERM)
+        assert await workers.exit_code(proc) == 0
+
+
+FAULT_SCRIPT = """
+[[turns]]
+[[turns.tool_calls]]
+name = "record"
+input = { label = "a" }
+[[turns.tool_calls]]
+name = "record"
+input = { label = "b" }
+
+[[turns]]
+text = "done"
+"""
+
+
+def terminate_backends(admin_url: str, database_url: str, at_least: int = 4) -> int:
+    """``pg_terminate_backend`` on every backend of the test's own database, once it has at
+    least ``at_least`` (so the injection hits the workers' connections, not a pool that is
+    still reconnecting); returns how many were terminated."""
+    name = urlsplit(database_url).path.lstrip("/")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+            ).fetchone()
+            if row and row[0] >= at_least:
+                break
+            time.sleep(0.005)
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.postgres
+async def test_every_backend_terminated_twice_under_two_workers_loses_fails_and_repeats_nothing(
+    postgres_database: Callable[[], str],
+    postgres_admin_url: str,
+    tenant: uuid.UUID,
+    tmp_path: Path,
+) -> None:
+    url = postgres_database()  # a database of this test's own: its backends are all ours
+    migrate.upgrade(url)
+    folder = agent_dir(tmp_path, FAULT_SCRIPT)
+    fleet = Workers(tmp_path, url, tenant)
+    try:
+        procs = [
+            fleet.start("--concurrency", "10", "--lease", "5", "--name", f"w{i}") for i in range(2)
+        ]
+        for proc in procs:
+            await fleet.ready(proc)
+        async with await open_store(url) as store:
+            runs = await submit(store, tenant, folder / "agent.toml", n=100)
+            terminated = []
+            for calls in (40, 100):  # of 200: with runs in flight, twice
+                with anyio.fail_after(60):
+                    while sum(executions(folder).values()) < calls:  # noqa: ASYNC110
+                        await anyio.sleep(0.01)
+                terminated.append(
+                    await anyio.to_thread.run_sync(terminate_backends, postgres_admin_url, url)
+                )
+            done = await wait_until(store, tenant, [r.id for r in runs], deadline=60)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        assert [await fleet.exit_code(p) for p in procs] == [0, 0]
+    finally:
+        fleet.stop_all()
+
+    statuses = collections.Counter(r.status for r in done)
+    counts = executions(folder)
+    retried = sum(fleet.log(p).count("retrying") for p in procs)
+    print(
+        f"\nfault injection: backends terminated {terminated}; runs {dict(statuses)}; "
+        f"tool executions {sum(counts.values())} (most for one call: {max(counts.values())}); "
+        f"retries logged by the workers {retried}"
+    )
+    assert all(n >= 4 for n in terminated), terminated  # the workers' pools and LISTENs
+    assert retried >= 1  # and statements in flight: the workers retried them
+    assert statuses == {RunStatus.COMPLETED: 100}, {r.error for r in done}
+    assert len(counts) == 200 and set(counts.values()) == {1}  # no call ran twice
+    assert all(r.attempts == 1 for r in done)  # none abandoned, none reclaimed
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_a_worker_waits_for_a_database_that_is_not_there_yet_or_goes_away(
+    store: RunStore,
+    database_url: str,
+    tenant: uuid.UUID,
+    database_link: Any,
+    tmp_path: Path,
+) -> None:
+    folder = agent_dir(tmp_path, FAULT_SCRIPT)
+    database_link.cut()
+    # Each call gives up after 1 s (not 15): the worker says sooner that it waits.
+    fleet = Workers(tmp_path, database_link.url(database_url), tenant, HANGO_DB_RETRY_SECONDS="1")
+    try:
+        proc = fleet.start("--lease", "5")
+        with anyio.fail_after(30):
+            while "waiting for it" not in fleet.log(proc):
+                assert proc.poll() is None, fleet.log(proc)
+                await anyio.sleep(0.05)
+        assert "starting: the database is unreachable" in fleet.log(proc)
+        (first,) = await submit(store, tenant, folder / "agent.toml")
+        await database_link.restore()
+        (done,) = await wait_until(store, tenant, [first.id], deadline=30)
+        assert done.status is RunStatus.COMPLETED, done.error
+
+        database_link.cut()  # it goes away under the running worker
+        with anyio.fail_after(30):
+            while "claiming a run: the database is unreachable" not in fleet.log(proc):
+                assert proc.poll() is None, fleet.log(proc)
+                await anyio.sleep(0.05)
+        (second,) = await submit(store, tenant, folder / "agent.toml")
+        await database_link.restore()
+        (done,) = await wait_until(store, tenant, [second.id], deadline=30)
+        assert done.status is RunStatus.COMPLETED, done.error
+        assert "the database is reachable again" in fleet.log(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert await fleet.exit_code(proc) == 0
+    finally:
+        fleet.stop_all()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_a_worker_gives_up_on_the_database_after_hango_db_wait_seconds(
+    database_url: str, tenant: uuid.UUID, database_link: Any, tmp_path: Path
+) -> None:
+    database_link.cut()
+    fleet = Workers(tmp_path, database_link.url(database_url), tenant, HANGO_DB_WAIT_SECONDS="1")
+    try:
+        proc = fleet.start()
+        assert await fleet.exit_code(proc) == 2
+        last = fleet.log(proc).strip().splitlines()[-1]
+        assert last.startswith("error: cannot open the PostgreSQL database: OperationalError")
+        assert "giving up after 1 s" in fleet.log(proc)
+    finally:
+        fleet.stop_all()

@@ -217,6 +217,9 @@ async def test_tool_exception_becomes_error_result_inside_innermost_handler() ->
     result = await chain.tool_call(req, base)
     assert seen == [result]
     assert result.is_error and "KeyError" in result.content and "missing thing" in result.content
+    # The exception rides along for wrappers (tool retry), outside equality and the repr.
+    assert isinstance(result.exception, KeyError)
+    assert result == ToolResult(result.content, is_error=True) and "KeyError(" not in repr(result)
 
 
 async def test_cancellation_is_not_swallowed_by_the_tool_guard() -> None:

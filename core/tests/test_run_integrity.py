@@ -416,7 +416,8 @@ async def test_a_wrapper_failing_mid_batch_keeps_the_finished_result(
         failed = await h.run(h.agent, "go")
         assert failed.status is RunStatus.FAILED
         assert failed.error == (
-            "middleware 'fails_on_two' raised RuntimeError in wrap_tool_call: wrapper broke"
+            "middleware 'fails_on_two' (an in-process object) raised RuntimeError in "
+            "wrap_tool_call: wrapper broke"
         )
         FailsOnTwo.armed = False
         finished = await h.execute(failed.run_id)

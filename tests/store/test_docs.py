@@ -30,3 +30,18 @@ def test_every_hango_command_in_the_postgres_guide_parses() -> None:
         # --help last: the options before it must exist, with values of the right arity.
         result = CliRunner().invoke(main, [*argv, "--help"])
         assert result.exit_code == 0, (argv, result.output)
+
+
+def test_the_guides_settings_table_names_each_setting_with_its_default_in_the_code() -> None:
+    from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
+    from hango.run.worker import db_wait_seconds
+    from hango.store.retry import DEFAULT_RETRY_SECONDS
+
+    text = GUIDE.read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(HANGO_[A-Z_]+)` \| ([^|]+?) \|", text, flags=re.MULTILINE))
+    assert rows == {
+        "HANGO_DB_RETRY_SECONDS": f"{DEFAULT_RETRY_SECONDS:g}",
+        "HANGO_DB_WAIT_SECONDS": "no limit",
+        "HANGO_TOOL_RESULT_MAX_CHARS": f"{DEFAULT_MAX_RESULT_CHARS}",
+    }
+    assert db_wait_seconds({}) is None  # "no limit"

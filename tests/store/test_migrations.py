@@ -16,7 +16,7 @@ from hango.cli import main
 from hango.provider.messages import Message
 from hango.store import SchemaError, migrate, open_store
 
-HEAD = ["0001.base", "0002.run-state", "0003.run-queue", "0004.run-record"]
+HEAD = ["0001.base", "0002.run-state", "0003.run-queue", "0004.run-record", "0005.durability"]
 
 
 @pytest.fixture
@@ -42,20 +42,17 @@ def hango(*args: str) -> tuple[int, str]:
 
 
 def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
-    assert hango("db", "current", "--db", empty_url) == (
-        0,
-        "pending: 0001.base, 0002.run-state, 0003.run-queue, 0004.run-record "
-        "(run `hango db upgrade`)\n",
-    )
+    code, out = hango("db", "current", "--db", empty_url)
+    assert code == 0
+    assert " ".join(out.split()) == f"pending: {', '.join(HEAD)} (run `hango db upgrade`)"
     code, out = hango("db", "upgrade", "--db", empty_url, "--json")
-    assert (code, json.loads(out)) == (0, {"applied": HEAD, "current": "0004.run-record"})
-    assert hango("db", "upgrade", "--db", empty_url) == (0, "already at 0004.run-record\n")
+    assert (code, json.loads(out)) == (0, {"applied": HEAD, "current": HEAD[-1]})
+    assert hango("db", "upgrade", "--db", empty_url) == (0, f"already at {HEAD[-1]}\n")
     assert hango("db", "current", "--db", empty_url) == (0, "\n".join(HEAD) + "\nup to date\n")
-    code, out = hango("db", "downgrade", "--steps", "3", "--db", empty_url)
-    assert (code, out) == (
-        0,
-        "rolled back 0004.run-record, 0003.run-queue, 0002.run-state; now at 0001.base\n",
-    )
+    steps = len(HEAD) - 1
+    code, out = hango("db", "downgrade", "--steps", str(steps), "--db", empty_url)
+    rolled_back = ", ".join(reversed(HEAD[1:]))
+    assert (code, " ".join(out.split())) == (0, f"rolled back {rolled_back}; now at 0001.base")
     code, out = hango("db", "current", "--db", empty_url, "--json")
     assert json.loads(out) == {"applied": ["0001.base"], "pending": HEAD[1:]}
     code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
@@ -81,15 +78,12 @@ async def test_downgrading_run_state_drops_state_json_and_upgrading_restores_it(
     queue_columns = {"lease_owner", "lease_token", "lease_expires_at", "attempts"}
     assert {"state_json"} | queue_columns <= columns()
 
-    assert migrate.downgrade(empty_url, steps=3) == [
-        "0004.run-record",
-        "0003.run-queue",
-        "0002.run-state",
-    ]
-    assert not ({"state_json", "config_json"} | queue_columns) & columns()
+    steps = len(HEAD) - 1
+    assert migrate.downgrade(empty_url, steps=steps) == list(reversed(HEAD[1:]))
+    assert not ({"state_json", "config_json", "write_id"} | queue_columns) & columns()
     assert migrate.current(empty_url) == ["0001.base"]
 
-    assert migrate.upgrade(empty_url) == ["0002.run-state", "0003.run-queue", "0004.run-record"]
+    assert migrate.upgrade(empty_url) == HEAD[1:]
     assert {"state_json"} | queue_columns <= columns()
     async with await open_store(empty_url) as store:
         back = await store.get_run(tenant, run.id)
@@ -127,9 +121,9 @@ async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_ur
         await open_store(empty_url)
     migrate.upgrade(empty_url)
     migrate.downgrade(empty_url)
-    with pytest.raises(SchemaError, match=r"missing 0004\.run-record"):
+    with pytest.raises(SchemaError, match=rf"missing {HEAD[-1]}"):
         await open_store(empty_url)
-    assert migrate.current(empty_url) == HEAD[:3]  # refusing changed nothing
+    assert migrate.current(empty_url) == HEAD[:-1]  # refusing changed nothing
     migrate.upgrade(empty_url)
     store = await open_store(empty_url)
     await store.aclose()
@@ -159,9 +153,10 @@ async def test_downgrading_the_run_record_keeps_runs_and_makes_suspended_ones_re
         await store.save_run(
             tenant, run.id, version=0, status=RunStatus.SUSPENDED, state={"version": 1}
         )
-    assert migrate.downgrade(empty_url) == ["0004.run-record"]
+    newer = HEAD[HEAD.index("0004.run-record") :]
+    assert migrate.downgrade(empty_url, steps=len(newer)) == newer[::-1]
     assert "config_json" not in columns()
-    assert migrate.upgrade(empty_url) == ["0004.run-record"]
+    assert migrate.upgrade(empty_url) == newer
     async with await open_store(empty_url) as store:
         back = await store.get_run(tenant, run.id)
         assert (back.status, back.state, back.config) == (

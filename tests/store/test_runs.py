@@ -1,6 +1,7 @@
 """Runs through the Harness and the Worker, on both back ends: the plan and every middleware's
 typed state survive the database, a stop request ends a run at a turn boundary, corrupt state
-fails only its own run, and a worker that lost its lease writes nothing."""
+fails only its own run, a worker that lost its lease writes nothing (not even "failed"), and a
+database that could not take a save stops the run without failing it."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ from hango import (
 from hango.agent.middleware import Middleware
 from hango.agent.stack import StackConfig, default_stack
 from hango.run.worker import Worker
-from hango.store import RunStore, StoreError, open_store
+from hango.store import RetryPolicy, RunStore, StoreError, StoreUnavailable, open_store
 from hango.store.base import RunRecord
+from hango.store.postgres import PostgresRunStore
 
 pytestmark = pytest.mark.anyio
 
@@ -125,9 +127,18 @@ async def test_the_plan_and_every_middlewares_typed_state_survive_the_database(
         record = await fresh.get_run(tenant, finished.run_id)
     stored = record.state
     assert isinstance(stored, dict)
-    # The last call's usage is added after the probe's snapshot; the rest is as it saw it.
+    # The last call's usage, and its count in hango-limits, are added after the probe's
+    # snapshot; the rest is as it saw it.
     assert stored["usage"] == attrs.asdict(finished.usage) and finished.usage.output_tokens > 0
-    assert {**stored, "usage": None} == {**probe.last, "usage": None}
+
+    def before_last_call(doc: dict[str, Any]) -> dict[str, Any]:
+        private = {k: v for k, v in doc["private"].items() if k != "limits"}
+        return {**doc, "usage": None, "private": private}
+
+    assert before_last_call(stored) == before_last_call(probe.last)
+    if "limits" in stored["private"]:
+        counted = [d["private"]["limits"]["run"]["model_calls"] for d in (probe.last, stored)]
+        assert counted[1] == counted[0] + 1
     assert stored["todos"], "hango-todo wrote no plan"
     assert set(stored["private"]) >= {"repeat_call", "ledger"}
 
@@ -529,3 +540,181 @@ async def test_a_worker_that_cannot_renew_stops_the_run_before_its_lease_expires
     assert (back.lease_owner, back.attempts, back.error) == (None, 0, None)
     assert "could not renew the lease before it expires (no answer in time)" in caplog.text
     assert not worker.finished.is_set()  # the worker itself carries on
+
+
+class HeldBeforeExecuting:
+    """The real store, except that the first ``get_run`` (the Harness reading the run it was
+    given) waits until ``go`` is set: a worker paused between its claim and its work."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self.waiting = anyio.Event()
+        self.go = anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def get_run(self, *args: Any) -> Any:
+        if not self.waiting.is_set():
+            self.waiting.set()
+            await self.go.wait()
+        return await self._store.get_run(*args)
+
+
+async def test_a_worker_that_lost_its_lease_does_not_fail_the_run_it_finds_completed(
+    store: RunStore,
+    tenant: uuid.UUID,
+    sql: Callable[..., Any],
+    start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    held = HeldBeforeExecuting(store)
+    harness = Harness(
+        held,  # type: ignore[arg-type]
+        tenant_id=tenant,
+        model=ScriptedModel.from_turns([{"text": "done"}]),
+        stack=lambda _: [],
+        settings={},
+    )
+    run = await harness.start(AGENT, "go", status=RunStatus.QUEUED)
+    # One slot, so that this worker does not claim the run again itself.
+    await start_worker(Worker(harness, name="paused", concurrency=1, lease_seconds=60))
+    with anyio.fail_after(10):
+        await held.waiting.wait()
+
+    # Its lease lapses; another worker takes the run and completes it.
+    sql(
+        "UPDATE runs SET lease_expires_at = ? WHERE tenant_id = ? AND id = ?",
+        "2000-01-01T00:00:00.000000+00:00",
+        str(tenant),
+        str(run.id),
+    )
+    other = await store.claim_run(tenant, "other", lease_seconds=60)
+    assert other is not None and other.run_id == run.id
+    version = (await store.get_run(tenant, run.id)).version
+    await store.save_run(
+        tenant, run.id, version=version, status=RunStatus.COMPLETED, state={}, lease=other
+    )
+    assert await store.release_run(other)
+    completed = await store.get_run(tenant, run.id)
+
+    held.go.set()  # the paused worker wakes up, finds the run completed (RunNotResumable)
+    with anyio.fail_after(10):
+        while "not failed" not in caplog.text:  # noqa: ASYNC110 - waiting for a log line
+            await anyio.sleep(0.02)
+    assert await store.get_run(tenant, run.id) == completed  # it wrote nothing
+    assert "another worker owns it now" in caplog.text
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_a_worker_cut_off_from_the_database_leaves_its_run_to_be_reclaimed_not_failed(
+    store: RunStore,
+    store_url: str,
+    tenant: uuid.UUID,
+    database_link: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started, go = anyio.Event(), anyio.Event()
+    calls: list[str] = []
+
+    @tool(name="work")
+    async def work(label: str) -> str:
+        """Do one unit of work; the first one waits for ``go``.
+
+        Args:
+            label: which one.
+        """
+        calls.append(label)
+        if not started.is_set():
+            started.set()
+            await go.wait()
+        return f"{label} done"
+
+    worker_store = await PostgresRunStore.open(database_link.url(store_url), retry=RetryPolicy(0.5))
+    harness = Harness(
+        worker_store,
+        tenant_id=tenant,
+        model=two_step_model(),
+        stack=lambda _: [],
+        tools=ToolRegistry([work]),
+        settings={},
+    )
+    run = await harness.start(AGENT, "go", status=RunStatus.QUEUED)
+    worker = Worker(harness, lease_seconds=1.5)
+    async with worker_store, anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        with anyio.fail_after(10):
+            await started.wait()
+        database_link.cut()  # the database goes away while the tool runs
+        go.set()  # its result cannot be saved
+        # Back after the save gave up (waiting 1 s for a connection, the pool's shortest wait)
+        # but while a "failed" write, had anything tried one then, would still be retrying.
+        await anyio.sleep(1.5)
+        await database_link.restore()
+        (done,) = await wait_finished(store, tenant, [run.id])
+        worker.stop()
+    # It gave up on the save, or its lease ran out first and the save was fenced off: either
+    # way it wrote nothing more.
+    assert (
+        "stopped working on it, nothing more written" in caplog.text
+        or "another worker owns it now" in caplog.text
+    )
+    # Completed, never failed; handed back (attempts 1) or reclaimed after the lease expired
+    # (2), depending on whether the database was back when the worker released it.
+    assert (done.status, done.error) == (RunStatus.COMPLETED, None)
+    assert done.attempts in (1, 2)
+    # The call whose result never reached the database ran again on the reclaim.
+    assert calls == ["one", "one", "two"]
+
+
+class OneSaveUnavailable:
+    """The real store, except that the ``nth`` save finds the database unavailable (after its
+    retry time: ``StoreUnavailable``) and every later call works again."""
+
+    def __init__(self, store: RunStore, nth: int) -> None:
+        self._store = store
+        self.nth = nth
+        self.saves = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def save_run(self, *args: Any, **kwargs: Any) -> int:
+        self.saves += 1
+        if self.saves == self.nth:
+            raise StoreUnavailable("saving run: the database was unavailable for 15 s")
+        return await self._store.save_run(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+async def test_a_save_the_database_could_not_take_stops_the_run_without_failing_it(
+    store: RunStore, tenant: uuid.UUID, start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    executed: list[str] = []
+
+    @tool(name="work")
+    async def work(label: str) -> str:
+        """Do one unit of work.
+
+        Args:
+            label: which one.
+        """
+        executed.append(label)
+        return f"{label} done"
+
+    flaky = OneSaveUnavailable(store, nth=4)  # the save of the first tool result
+    harness = Harness(
+        flaky,  # type: ignore[arg-type]
+        tenant_id=tenant,
+        model=two_step_model(),
+        stack=lambda _: [],
+        tools=ToolRegistry([work]),
+        settings={},
+    )
+    run = await harness.start(AGENT, "go", status=RunStatus.QUEUED)
+    await start_worker(Worker(harness, lease_seconds=5))
+    (done,) = await wait_finished(store, tenant, [run.id])
+    # Not failed: handed back (the database answered the release), resumed, completed.
+    assert (done.status, done.error, done.attempts) == (RunStatus.COMPLETED, None, 1)
+    assert "stopped working on it, nothing more written" in caplog.text
+    assert executed == ["one", "one", "two"]  # the unsaved result's call ran again

@@ -33,9 +33,11 @@ PHASE_STACK = (
     "repair_tool_calls",
     "todo",
     "repeat_call",
+    "limits",
     "model_fallback",
     "prompt_cache",
     "human_in_the_loop",
+    "tool_retry",
     "tool_allowlist",
 )
 

@@ -308,9 +308,11 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
             "repair_tool_calls",
             "todo",
             "repeat_call",
+            "limits",
             "model_fallback",
             "prompt_cache",
             "human_in_the_loop",
+            "tool_retry",
             "tool_allowlist",
         )
     )

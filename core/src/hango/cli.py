@@ -17,7 +17,7 @@ import signal
 import sys
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -33,7 +33,7 @@ from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, MessageCompleted, RunFinished, RunStatus
 from hango.agent.stack import STACK_ORDER, StackConfig, discover
 from hango.agent.state import StateError
-from hango.config import DEFAULT_TENANT, Config, ConfigError, hango_settings
+from hango.config import DEFAULT_TENANT, Config, ConfigError, HangoWarning, hango_settings
 from hango.convert import message_to_json
 from hango.event_json import event_to_json
 from hango.pending import (
@@ -48,9 +48,15 @@ from hango.provider.messages import Message
 from hango.provider.model import ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
-from hango.render import Renderer, checklist, clip, tool_call_line, tool_result_lines
+from hango.render import (
+    Renderer,
+    checklist,
+    clip_line,
+    clip_text,
+    tool_call_line,
+    tool_result_lines,
+)
 from hango.run import Decided, Harness
-from hango.run.runner import AllowlistWarning
 from hango.store import RunStore, SessionBusy, StoreError, open_store, resolve_id
 from hango.store.base import IdKind, RunRecord
 
@@ -93,14 +99,22 @@ def _flush_telemetry() -> None:
         flush()
 
 
-@contextlib.contextmanager
-def _warnings_as_lines() -> Iterator[None]:
-    """hango's warnings (an allowlist naming a missing tool) as one ``warning:`` line each."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AllowlistWarning)
-        yield
-    for w in caught:
-        err_console.print(f"warning: {w.message}", style="yellow", markup=False, soft_wrap=True)
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """hango's own warnings as one ``warning:`` line; any other the Python way."""
+    if issubclass(category, HangoWarning):
+        err_console.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
 
 
 def _exit(code: int) -> None:
@@ -168,6 +182,7 @@ trace_option = click.option(
 @click.version_option(package_name="hango")
 def main() -> None:
     """hango: run agents whose every feature is a middleware."""
+    warnings.showwarning = _show_warning
 
 
 def _output(as_json: bool, jsonl: bool) -> Output:
@@ -372,8 +387,7 @@ def run(
                 base_url=base_url,
             )
             try:
-                with _warnings_as_lines():
-                    record = await harness.start(agent, message, session_id=session_id)
+                record = await harness.start(agent, message, session_id=session_id)
             except SessionBusy as exc:
                 assert session_id is not None
                 raise await _busy_session(store, exc, session_id, db) from None
@@ -607,7 +621,7 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
                 str(r.session_id)[:SHORT_ID],
                 r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
                 Text(r.status.value, style=style),
-                clip(prompts[r.id], 60),
+                clip_line(prompts[r.id], 60),
             )
         console.print(table)
 
@@ -666,7 +680,9 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
             kind = block.type
             if kind == "text":
                 console.print(f"[bold]{m.role}:[/bold]")
-                console.print(Markdown(block.text) if rich_text else Text(block.text))
+                # Clipped: rendering megabytes of text takes seconds (--json prints it all).
+                text = clip_text(block.text)
+                console.print(Markdown(text) if rich_text else Text(text))
             elif kind == "tool_use":
                 console.print(tool_call_line(block), no_wrap=True, overflow="ellipsis", crop=True)
             elif kind == "tool_result":
@@ -854,10 +870,9 @@ def submit(
         try:
             session_id = await _resolve(store, "session", session) if session else None
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            with _warnings_as_lines():
-                return await harness.start(
-                    agent, message, session_id=session_id, status=RunStatus.QUEUED
-                )
+            return await harness.start(
+                agent, message, session_id=session_id, status=RunStatus.QUEUED
+            )
         finally:
             await store.aclose()
 
@@ -909,7 +924,7 @@ def worker(
     it back in the queue; a second one cancels the runs at once (also saved and queued)."""
     import logging
 
-    from hango.run.worker import Worker
+    from hango.run.worker import Worker, wait_for_store
     from hango.telemetry_setup import configure_telemetry
 
     configure_telemetry(None)
@@ -920,7 +935,7 @@ def worker(
     logging.getLogger("hango.worker").setLevel(logging.INFO)
 
     async def main_() -> None:
-        store = await open_store(_db_url(db))
+        store = await wait_for_store(_db_url(db))
         try:
             harness = Harness(store, tenant_id=Config.from_env().tenant_id, model_spec=model)
             w = Worker(

@@ -13,6 +13,11 @@ from attrs import frozen
 DEFAULT_TENANT = uuid.UUID("00000000-0000-0000-0000-000000000000")
 
 
+class HangoWarning(UserWarning):
+    """Something a user should fix that does not stop a run; the ``hango`` command prints it as
+    one ``warning:`` line."""
+
+
 class ConfigError(ValueError):
     """A setting is invalid; the message names the variable (or agent-file field)."""
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pluggy
 
 from hango import hookspecs
-from hango.config import hango_settings
+from hango.config import HangoWarning, hango_settings
 
 ENTRY_POINT_GROUP = "hango"
 DISABLE_VARIABLE = "HANGO_DISABLE_PLUGINS"
@@ -19,7 +19,7 @@ class PluginError(Exception):
     """A plugin failed to load or two plugins conflict; the message names them."""
 
 
-class PluginWarning(UserWarning):
+class PluginWarning(HangoWarning):
     """Plugin configuration that is probably a mistake, for example ``HANGO_DISABLE_PLUGINS``
     naming a plugin that is not installed (a typo disables nothing)."""
 

@@ -50,12 +50,22 @@ RESULT_LINES = 4
 #: A tool running longer than this (seconds) gets a spinner; its result line, the time taken.
 SLOW_TOOL = 1.0
 
+#: Characters of one text block that ``hango runs show`` prints (``--json`` prints all).
+SHOW_TEXT_CHARS = 20_000
 
-def clip(text: str, width: int = 200) -> str:
-    """``text`` on one line (whitespace runs become one space), cut to ``width`` characters
-    with an ellipsis when longer."""
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+
+def clip_line(text: str, width: int = 200) -> str:
+    """``text`` on one line (whitespace collapsed), at most ``width`` characters. Only the
+    start of ``text`` is looked at, so a result of megabytes costs what a short one does."""
+    line = " ".join(text[: width * 4].split())
+    return line if len(line) <= width and len(text) <= width * 4 else line[: width - 1] + "…"
+
+
+def clip_text(text: str, limit: int = SHOW_TEXT_CHARS) -> str:
+    """``text`` up to ``limit`` characters, then a line counting the characters not shown."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit:,} more characters: --json shows them]"
 
 
 def first_lines(text: str, limit: int = RESULT_LINES, width: int = 200) -> list[str]:
@@ -95,7 +105,7 @@ def retry_line(retry: ProviderRetry) -> str:
     detail = retry.error.removeprefix(f"{retry.provider}: ").removeprefix(f"{retry.provider} ")
     return (
         f"{retry.provider}: {status}, retry {retry.attempt} of {retry.max_retries} "
-        f"in {retry.wait_seconds:g} s: {clip(detail)}"
+        f"in {retry.wait_seconds:g} s: {clip_line(detail)}"
     )
 
 
@@ -118,7 +128,7 @@ def tool_call_line(call: ToolUseBlock) -> Text:
         if isinstance(call.input, dict)
         else repr(call.input)
     )
-    return Text(f"→ {call.name} {clip(args)}", style="cyan")
+    return Text(f"→ {call.name} {clip_line(args)}", style="cyan")
 
 
 def tool_result_lines(content: str, is_error: bool, took: float | None = None) -> list[Text]:

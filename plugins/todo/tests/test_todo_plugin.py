@@ -151,6 +151,22 @@ async def test_result_is_a_short_confirmation_with_counts_never_the_list() -> No
         ),
         ([{"content": "a"}], "todos[0] must be an object with exactly content and status"),
         ("a, b", "todos must be a list"),
+        (
+            [{"content": f"step {i}", "status": "pending"} for i in range(101)],
+            "the plan has 101 todos; at most 100",
+        ),
+        (
+            [{"content": "x" * 2001, "status": "pending"}],
+            "todos[0].content has 2001 characters; at most 2000",
+        ),
+        (
+            [{"content": "a", "status": "pending"}, {"content": "b\x00c", "status": "pending"}],
+            "todos[1].content holds a NUL character (\\u0000), which cannot be stored",
+        ),
+        (
+            [{"content": "half \ud83d an emoji", "status": "pending"}],
+            "todos[0].content holds a lone UTF-16 surrogate, which cannot be stored",
+        ),
     ],
 )
 async def test_invalid_todos_are_rejected_and_the_plan_is_unchanged(

@@ -130,19 +130,21 @@ class SystemEnds(Mapping[str, int]):
 
 
 def _guard_tool(base: ToolHandler, last: list[Any]) -> ToolHandler:
-    """The innermost tool handler: an exception becomes an error result, so every wrapper sees
-    a result. Cancellation passes through; ``SystemExit`` and ``KeyboardInterrupt`` raised by
-    tool code are a tool's failure too (a tool calling ``sys.exit`` must not end the process).
-    So does an ``Interrupt`` (a ``BaseException``, caught by nothing here): a pause is never a
-    tool error. Reaching it marks the call as run, after which it may not pause. The result is
-    also kept in ``last[0]``, for ``Chain._find_culprit``."""
+    """The innermost tool handler: an exception becomes an error result carrying it in
+    ``ToolResult.exception``, so every wrapper sees a result (and a retry wrapper the cause).
+    Cancellation passes through; ``SystemExit`` and ``KeyboardInterrupt`` raised by tool code
+    are a tool's failure too (a tool calling ``sys.exit`` must not end the process). So does an
+    ``Interrupt`` (a ``BaseException``, caught by nothing here): a pause is never a tool error.
+    Reaching it marks the call as run, after which it may not pause. The result is also kept
+    in ``last[0]``, for ``Chain._find_culprit``."""
 
     async def innermost(req: ToolCallRequest) -> ToolResult:
         req.scope.executed = True
         try:
             result = await base(req)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            result = error_result("tool %r failed: %s: %s", req.call.name, type(exc).__name__, exc)
+            failed = error_result("tool %r failed: %s: %s", req.call.name, type(exc).__name__, exc)
+            result = attrs.evolve(failed, exception=exc)
         last[0] = result
         return result
 

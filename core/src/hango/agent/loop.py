@@ -56,6 +56,7 @@ from hango.agent.interrupt import (
 )
 from hango.agent.middleware import ModelRequest, ToolCallRequest
 from hango.agent.state import State
+from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS, storable_message, storable_result
 from hango.provider.events import ProviderRetry, StreamEvent
 from hango.provider.messages import (
     Message,
@@ -82,7 +83,8 @@ class LoopSettings:
     """What the loop needs of an agent: the model name sent in requests, the agent's own
     system blocks, the turn limit (model calls per run), ``max_tokens`` per call, and the
     request's tool options (``Request.tool_choice``, ``parallel_tool_calls``, ``server_tools``),
-    which a middleware may still change per call."""
+    which a middleware may still change per call, and the characters of a tool result kept in
+    history (``storable_result``)."""
 
     model: str
     system: tuple[TextBlock, ...] = ()
@@ -91,6 +93,7 @@ class LoopSettings:
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     server_tools: tuple[Mapping[str, Any], ...] = ()
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
 
 
 @frozen
@@ -388,7 +391,8 @@ async def run_loop(
                 outcome = await run_call(call, tools)
                 if isinstance(outcome, ToolResult):
                     result = outcome
-                    block = ToolResultBlock(call.id, result.content, result.is_error)
+                    content = storable_result(result.content, settings.max_result_chars)
+                    block = ToolResultBlock(call.id, content, result.is_error)
                     _add_result(state.messages, block)
                     state.interrupts.finish(call.id)
                     await checkpoint(state)
@@ -456,6 +460,7 @@ async def run_loop(
             if attempts.discarded_by(response):
                 await emit(AttemptDiscarded(turns + 1))
             attempts.start()
+            response = attrs.evolve(response, message=storable_message(response.message))
             turns += 1
             usage += response.usage
             state.usage += response.usage

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import anyio
+import attrs
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
@@ -44,18 +45,34 @@ from hango.agent.state import (
     load_state,
     new_run_state,
 )
-from hango.config import DEFAULT_TENANT, ConfigError, hango_settings
+from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
+from hango.config import (
+    DEFAULT_TENANT,
+    ConfigError,
+    HangoWarning,
+    hango_settings,
+    int_setting,
+)
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.messages import JSON, Message, StopReason, Usage
 from hango.provider.model import Model, ModelError
 from hango.run.decide import Decided, decide_run
-from hango.store.base import RunRecord, RunStore, StaleVersion, StoreError
+from hango.store.base import (
+    Lease,
+    LeaseLost,
+    RunRecord,
+    RunStore,
+    StaleVersion,
+    StoreError,
+    StoreUnavailable,
+    UnstorableContent,
+)
 from hango.tool.registry import ToolRegistry
 
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
 
 
-class AllowlistWarning(UserWarning):
+class AllowlistWarning(HangoWarning):
     """An agent's ``tool_allowlist`` names a tool that nothing provides."""
 
 
@@ -78,7 +95,9 @@ class Harness:
     ``model`` overrides every agent's model with an object; ``model_spec`` / ``base_url``
     override it with a spec (``--model``), recorded with the runs this harness starts.
     ``tools`` replaces the tools named in agent files; ``settings`` are the ``HANGO_*``
-    settings plugins read as defaults (default: the environment).
+    settings plugins read as defaults (default: the environment), and
+    ``HANGO_TOOL_RESULT_MAX_CHARS`` (characters of a tool result kept in history, default
+    100,000; ``ConfigError`` if not a positive integer).
 
     A run records what it started with (its stack, with each middleware's distribution and
     version, and its model spec); ``execute`` rebuilds exactly that, whichever process runs it.
@@ -106,6 +125,9 @@ class Harness:
         self.base_url = base_url
         self.middleware = tuple(middleware)
         self.settings = dict(hango_settings() if settings is None else settings)
+        self.max_result_chars = int_setting(
+            self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
+        )
         self._custom_stack = stack
         self._plugins = plugins
         # Agents holding Python objects, by the id of a run started here: only this process
@@ -228,7 +250,10 @@ class Harness:
         return stack
 
     def _chain(self, placements: Sequence[Placement]) -> Chain:
-        return Chain.build([p.middleware for p in placements])
+        # Origins name a failing middleware's distribution in its MiddlewareError.
+        return Chain.build(
+            [p.middleware for p in placements], origins={p.name: p.origin for p in placements}
+        )
 
     def _model(self, run: RunRecord, agent: AgentDefinition) -> Model:
         """The model to continue ``run`` with: this harness's override, else the model the run
@@ -314,6 +339,7 @@ class Harness:
         emit: Callable[[Event], Awaitable[None]] = _discard,
         stop: anyio.Event | None = None,
         agent: AgentDefinition | None = None,
+        lease: Lease | None = None,
     ) -> RunFinished:
         """Run (or resume) ``run_id`` to its end and return how it finished.
 
@@ -323,10 +349,18 @@ class Harness:
         another ``Harness`` of this process.
 
         Raises ``NotFound`` and ``RunNotResumable`` (completed, or a distribution or object it
-        needs is missing here), writing nothing. A model error, a malformed stored state or a
-        middleware error ends the run as failed (saved, with the error). Cancellation saves the
-        run as cancelled, then propagates. Once ``stop`` is set, the run ends at the next turn
-        boundary, saved as ``queued`` (``run_loop``), for a worker to continue.
+        needs is missing here), writing nothing. A model error, a malformed stored state, a
+        middleware error or content the store cannot hold ends the run as failed (saved, with
+        the error; unstorable content is not saved, the last saved state and history are kept).
+        Cancellation saves the run as cancelled, then propagates; a save in progress is never
+        cut short by it. Once ``stop`` is set, the run ends at the next turn boundary, saved as
+        ``queued`` (``run_loop``), for a worker to continue.
+
+        ``lease`` is the worker's (``Worker`` passes it): every save is fenced by it. Writing
+        nothing more, ``LeaseLost`` propagates once the lease is lost (another worker owns the
+        run), ``StaleVersion`` once another writer saved the run, and ``StoreUnavailable`` when
+        the database stayed unreachable (an infrastructure fault, not the run's: it is not
+        failed, and a worker leaves it to be reclaimed).
 
         A run that pauses for a decision ends ``suspended``: its pending actions are saved with
         its history and listed in ``RunFinished.pending``. A suspended run some of whose
@@ -354,7 +388,7 @@ class Harness:
                 f"run {run_id} belongs to agent {stored.name!r}, not {agent.name!r}"
             )
         placements = self._rebuild(run, agent)
-        saver = _Saver(self.store, run)
+        saver = _Saver(self.store, run, lease)
         previous = None if resumed else await _previous_state(self.store, run)
         try:
             state = _initial_state(run, previous, session_scoped(p.middleware for p in placements))
@@ -414,6 +448,7 @@ class Harness:
                         tool_choice=agent.tool_choice,
                         parallel_tool_calls=agent.parallel_tool_calls,
                         server_tools=agent.server_tools,
+                        max_result_chars=self.max_result_chars,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
@@ -421,7 +456,12 @@ class Harness:
                 )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    await saver.save(state, RunStatus.CANCELLED, error="cancelled")
+                    cancelled = LoopOutcome(RunStatus.CANCELLED, None, "cancelled", Usage(), 0)
+                    await saver.finish(state, cancelled)
+                raise
+            except (StaleVersion, LeaseLost, StoreUnavailable):
+                # Another writer owns the run now, or the database is away: not the run's
+                # fault, and any further write would be refused or lost.
                 raise
             except (Exception, Interrupt) as exc:
                 if isinstance(exc, Interrupt):
@@ -429,23 +469,16 @@ class Harness:
                 telemetry.mark_error(span, exc)
                 error = (
                     str(exc)
-                    if isinstance(exc, ModelError | StateError | MiddlewareError)
+                    if isinstance(
+                        exc, ModelError | StateError | MiddlewareError | UnstorableContent
+                    )
                     else (f"{type(exc).__name__}: {exc}")
                 )
-                outcome = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
-                if isinstance(exc, StaleVersion):
-                    raise  # another writer owns this run now; saving again would fail too
+                failed = LoopOutcome(RunStatus.FAILED, None, error, Usage(), 0)
                 with anyio.CancelScope(shield=True):
-                    try:
-                        await saver.save(state, RunStatus.FAILED, error=error)
-                    except StateError:
-                        # The state itself cannot be saved: the run still must not stay
-                        # running; its last saved state and history are kept.
-                        await saver.mark_failed(error)
+                    outcome = await saver.finish(state, failed)
             else:
-                await saver.save(
-                    state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
-                )
+                outcome = await saver.finish(state, outcome)
             telemetry.agent_finished(span, outcome.usage, state.messages[run.message_start :])
             suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
@@ -462,11 +495,13 @@ class Harness:
 
 class _Saver:
     """Saves one run: tracks its version and the history as last saved, so each save writes
-    only the messages from the first one that changed."""
+    only the messages from the first one that changed; every save is fenced by ``lease``
+    (``None``: a run in a terminal, fenced by its version only)."""
 
-    def __init__(self, store: RunStore, run: RunRecord) -> None:
+    def __init__(self, store: RunStore, run: RunRecord, lease: Lease | None = None) -> None:
         self.store = store
         self.run = run
+        self.lease = lease
         self.version = run.version
         self.saved: list[Message] = []
 
@@ -480,28 +515,53 @@ class _Saver:
     ) -> None:
         current = state.messages
         first = _first_change(self.saved, current)
-        self.version = await self.store.save_run(
-            self.run.tenant_id,
-            self.run.id,
-            version=self.version,
-            status=status,
-            state=dump_state(state),
-            messages=current[first:],
-            from_index=first,
-            error=error,
-            stop_reason=stop_reason,
-        )
+        # Shielded: a save cancelled half way (Ctrl-C) may still commit, and a version this
+        # saver no longer knows would make the cancelled-save after it fail, leaving the run
+        # "running" with no owner. The save ends (or fails) by itself within the retry time.
+        with anyio.CancelScope(shield=True):
+            self.version = await self.store.save_run(
+                self.run.tenant_id,
+                self.run.id,
+                version=self.version,
+                status=status,
+                state=dump_state(state),
+                messages=current[first:],
+                from_index=first,
+                error=error,
+                stop_reason=stop_reason,
+                lease=self.lease,
+            )
         self.saved = list(current)
 
+    async def finish(self, state: State, outcome: LoopOutcome) -> LoopOutcome:
+        """Save the run's last state with the outcome's status; returns the outcome saved. If
+        the state cannot be saved (content the store cannot hold, a private value that is not
+        JSON), the run is failed instead, keeping the state and history saved last (nothing is
+        lost that was saved, and nothing is left ``running``): with the outcome's own error if
+        it failed already, else with the reason it could not be saved."""
+        try:
+            await self.save(
+                state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
+            )
+        except (UnstorableContent, StateError) as exc:
+            failed_already = outcome.status is RunStatus.FAILED and outcome.error
+            error = outcome.error if failed_already else str(exc)
+            await self.mark_failed(error or str(exc))
+            return attrs.evolve(outcome, status=RunStatus.FAILED, error=error)
+        return outcome
+
     async def mark_failed(self, error: str) -> None:
-        self.version = await self.store.save_run(
-            self.run.tenant_id,
-            self.run.id,
-            version=self.version,
-            status=RunStatus.FAILED,
-            state=None,
-            error=error,
-        )
+        """Fail the run with ``error``, leaving its stored state and history as they are."""
+        with anyio.CancelScope(shield=True):
+            self.version = await self.store.save_run(
+                self.run.tenant_id,
+                self.run.id,
+                version=self.version,
+                status=RunStatus.FAILED,
+                state=None,
+                error=error,
+                lease=self.lease,
+            )
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
@@ -575,9 +635,11 @@ async def _previous_state(store: RunStore, run: RunRecord) -> JSON | None:
 
 
 def _first_change(saved: list[Message], current: list[Message]) -> int:
-    """Index of the first message that differs (messages are immutable, so identity suffices)."""
+    """Index of the first message that differs.
+
+    The common case (history only grew) is one list comparison, which runs in C and compares
+    by identity first, so a long session costs next to nothing per save."""
     n = min(len(saved), len(current))
-    for i in range(n):
-        if saved[i] is not current[i]:
-            return i
-    return n
+    if saved[:n] == current[:n]:
+        return n
+    return next(i for i in range(n) if saved[i] != current[i])

@@ -4,8 +4,13 @@ Any number of workers, in any number of processes on any number of machines, sha
 (PostgreSQL; SQLite works too, on one machine). A run is held under a lease that the worker
 renews every third of its length while it works; a worker that dies stops renewing, and once
 the lease has expired another worker claims the run and resumes it from its last saved turn
-boundary (the claim increments the run's version, so the dead worker, should it wake, fails
-its next save with ``StaleVersion`` and writes nothing).
+boundary. Every write a worker makes to a run is fenced by its lease (the claim gives the run
+a new token), so a worker that only looked dead and wakes up writes nothing.
+
+The database is not the run's business: a save that cannot reach it within
+``HANGO_DB_RETRY_SECONDS`` makes the worker stop working on that run, writing nothing, and
+leave it to be reclaimed; a worker whose database is unreachable (at start or later) waits for
+it with backoff, saying so on stderr, for ``HANGO_DB_WAIT_SECONDS`` (default: no limit).
 
 ::
 
@@ -21,15 +26,85 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Mapping
 
 import anyio
 import anyio.abc
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_never,
+    wait_exponential_jitter,
+)
 
 from hango.agent.events import RunFinished, RunStatus
+from hango.config import ConfigError, hango_settings
 from hango.run.runner import Harness
-from hango.store.base import Lease, LeaseLost, QueueWatch, StaleVersion
+from hango.store import RunStore, open_store
+from hango.store.base import Lease, LeaseLost, QueueWatch, StaleVersion, StoreUnavailable
+from hango.store.retry import one_line
 
 log = logging.getLogger("hango.worker")
+
+#: Longest wait between two looks at an unreachable database, seconds.
+MAX_DB_BACKOFF = 30.0
+
+
+def db_wait_seconds(settings: Mapping[str, str]) -> float | None:
+    """``HANGO_DB_WAIT_SECONDS``: how long a worker waits for an unreachable database before
+    it gives up (``None``, the default when unset: no limit). ``ConfigError`` if not a number
+    of seconds >= 0."""
+    raw = settings.get("HANGO_DB_WAIT_SECONDS") or ""
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ConfigError(f"HANGO_DB_WAIT_SECONDS must be a number, got {raw!r}") from None
+    if not seconds >= 0:
+        raise ConfigError(f"HANGO_DB_WAIT_SECONDS must be 0 or more seconds, got {raw!r}")
+    return seconds
+
+
+def _waiting_for_database(what: str, give_up: float | None) -> AsyncRetrying:
+    """Retries of ``StoreUnavailable`` with exponential backoff (0.5 s doubling, jittered, up
+    to ``MAX_DB_BACKOFF``), each wait logged, until ``give_up`` seconds have passed."""
+
+    def announce(state: RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        limit = "no limit" if give_up is None else f"giving up after {give_up:g} s"
+        log.warning(
+            "%s: the database is unreachable (%s); waiting for it, next try in %.1f s "
+            "(HANGO_DB_WAIT_SECONDS: %s)",
+            what,
+            one_line(failure),
+            wait,
+            limit,
+        )
+
+    return AsyncRetrying(
+        sleep=anyio.sleep,
+        retry=retry_if_exception_type(StoreUnavailable),
+        wait=wait_exponential_jitter(multiplier=0.5, max=MAX_DB_BACKOFF, jitter=0.5),
+        stop=stop_never if give_up is None else stop_after_delay(give_up),
+        before_sleep=announce,
+        reraise=True,
+    )
+
+
+async def wait_for_store(url: str, *, settings: Mapping[str, str] | None = None) -> RunStore:
+    """``open_store(url)``, waiting (with backoff, each wait logged on ``hango.worker``) while
+    the database is unreachable, for up to ``HANGO_DB_WAIT_SECONDS`` of ``settings`` (default:
+    the environment; unset: no limit). Raises what ``open_store`` raises, ``StoreUnavailable``
+    once the wait is over."""
+    settings = hango_settings() if settings is None else settings
+    async for attempt in _waiting_for_database("starting", db_wait_seconds(settings)):
+        with attempt:
+            return await open_store(url)
+    raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 
 def worker_name() -> str:
@@ -42,8 +117,10 @@ class Worker:
 
     ``lease_seconds`` is how long a claim lasts unless renewed (renewed every third of it);
     a run claimed more than ``max_attempts`` times with no release in between (its workers
-    keep dying on it) is failed instead of being tried again. Raises ``ValueError``
-    for a setting below its minimum.
+    keep dying on it) is failed instead of being tried again. ``db_wait`` is how long to wait
+    for an unreachable database before ``run`` raises ``StoreUnavailable`` (default:
+    ``HANGO_DB_WAIT_SECONDS`` of the harness's settings; unset: no limit). Raises
+    ``ValueError`` for a setting below its minimum.
     """
 
     def __init__(
@@ -54,6 +131,7 @@ class Worker:
         concurrency: int = 4,
         lease_seconds: float = 30.0,
         max_attempts: int = 5,
+        db_wait: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -67,6 +145,7 @@ class Worker:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.max_attempts = max_attempts
+        self.db_wait = db_wait if db_wait is not None else db_wait_seconds(harness.settings)
         # Expired leases notify no one, so an idle worker also looks every so often.
         self.idle_seconds = min(lease_seconds / 2, 5.0)
         # Runs whose recorded stack needs a middleware this worker cannot build are left in
@@ -98,7 +177,9 @@ class Worker:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Claim and execute runs until ``stop`` (or ``kill``); signals ``task_status`` once
-        it listens for work. Store errors while claiming are logged and retried."""
+        it listens for work. While the database is unreachable it waits (see ``db_wait``) and
+        then raises ``StoreUnavailable``; other store errors while claiming are logged and
+        retried."""
         slots = anyio.Semaphore(self.concurrency)
         async with anyio.create_task_group() as runs:
             self._runs = runs.cancel_scope
@@ -127,17 +208,24 @@ class Worker:
 
     async def _claim(self) -> Lease | None:
         lease = None
-        # Shielded: a claim cancelled half way could take a run that nobody then works on.
-        with anyio.CancelScope(shield=True):
-            try:
-                lease = await self.store.claim_run(
-                    self.harness.tenant_id,
-                    self.name,
-                    lease_seconds=self.lease_seconds,
-                    installed=self._installed,
-                )
-            except Exception as exc:
-                log.warning("claiming a run failed (retrying): %s", exc)
+        try:
+            async for attempt in _waiting_for_database("claiming a run", self.db_wait):
+                with attempt:
+                    # Shielded: a claim cancelled half way could take a run that nobody then
+                    # works on. The waits between attempts are not: stop() ends them.
+                    with anyio.CancelScope(shield=True):
+                        lease = await self.store.claim_run(
+                            self.harness.tenant_id,
+                            self.name,
+                            lease_seconds=self.lease_seconds,
+                            installed=self._installed,
+                        )
+                    if attempt.retry_state.attempt_number > 1:
+                        log.info("the database is reachable again")
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            log.warning("claiming a run failed (retrying): %s", exc)
         return lease
 
     async def _idle(self, watch: QueueWatch) -> None:
@@ -168,9 +256,15 @@ class Worker:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._keep_lease, lease, tg.cancel_scope)
             try:
-                finished = await self.harness.execute(lease.run_id, stop=self._stop)
+                finished = await self.harness.execute(lease.run_id, stop=self._stop, lease=lease)
             except (StaleVersion, LeaseLost) as exc:
                 log.warning("run %s: another worker owns it now; stopped (%s)", lease.run_id, exc)
+            except StoreUnavailable as exc:
+                # Not the run's fault: it is not failed. Its last saved turn boundary is where
+                # the next worker resumes it, after this one's release or its lease's expiry.
+                log.error(
+                    "run %s: stopped working on it, nothing more written: %s", lease.run_id, exc
+                )
             except Exception as exc:
                 log.exception("run %s: could not be executed", lease.run_id)
                 await self._fail(lease, f"{type(exc).__name__}: {exc}")
@@ -226,8 +320,13 @@ class Worker:
                     status=RunStatus.FAILED,
                     state=None,
                     error=error,
+                    lease=lease,  # the version read just now fences nothing; the lease does
                 )
                 log.error("run %s failed: %s", lease.run_id, error)
+            except LeaseLost:
+                log.warning(
+                    "run %s: not failed (%s): another worker owns it now", lease.run_id, error
+                )
             except Exception as exc:
                 log.error("run %s: could not record its failure (%s): %s", lease.run_id, exc, error)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hango.config import hango_settings
 from hango.store.base import (
     AgentRecord,
     AmbiguousId,
@@ -15,21 +16,30 @@ from hango.store.base import (
     SessionBusy,
     StaleVersion,
     StoreError,
+    StoreUnavailable,
+    UnstorableContent,
     resolve_id,
 )
 from hango.store.migrate import backend_kind
+from hango.store.retry import RetryPolicy
 
 
-async def open_store(url: str) -> RunStore:
+async def open_store(url: str, *, retry: RetryPolicy | None = None) -> RunStore:
     """Open the store at ``url``: ``sqlite:///PATH`` (migrated on open) or ``postgresql://...``
-    (needs the ``hango[postgres]`` extra)."""
+    (needs the ``hango[postgres]`` extra). ``retry`` bounds the retries of transient faults
+    (default: ``HANGO_DB_RETRY_SECONDS`` from the environment); SQLite has none to retry.
+
+    Raises ``StoreUnavailable`` when the server cannot be reached now, ``SchemaError`` for a
+    schema that is not this code's, ``StoreError`` otherwise, ``ConfigError`` for a bad
+    ``HANGO_DB_RETRY_SECONDS``."""
     if backend_kind(url) == "sqlite":
         from hango.store.sqlite import SqliteRunStore
 
         return await SqliteRunStore.open(url)
     from hango.store.postgres import PostgresRunStore
 
-    return await PostgresRunStore.open(url)
+    policy = retry if retry is not None else RetryPolicy.from_settings(hango_settings())
+    return await PostgresRunStore.open(url, retry=policy)
 
 
 __all__ = [
@@ -39,12 +49,15 @@ __all__ = [
     "LeaseLost",
     "NotFound",
     "QueueWatch",
+    "RetryPolicy",
     "RunRecord",
     "RunStore",
     "SchemaError",
     "SessionBusy",
     "StaleVersion",
     "StoreError",
+    "StoreUnavailable",
+    "UnstorableContent",
     "open_store",
     "resolve_id",
 ]

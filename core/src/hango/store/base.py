@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import uuid
 from collections.abc import Collection, Sequence
 from typing import Any, Literal, Protocol, TypeAlias
@@ -15,6 +16,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from attrs import field, frozen
 
 from hango.agent.events import RunStatus
+from hango.agent.storable import replace_lone_surrogates
 from hango.convert import message_from_json
 from hango.provider.messages import JSON, Message, StopReason
 
@@ -53,10 +55,25 @@ class SchemaError(StoreError):
 
 
 class LeaseLost(StoreError):
-    """The lease is no longer this worker's: it expired and another worker claimed the run.
+    """The lease is no longer this worker's: it expired and another worker claimed the run (or
+    it was released).
 
-    Nothing was written. The old holder must stop: its next ``save_run`` fails with
-    ``StaleVersion`` too, because a claim increments the run's version."""
+    Nothing was written. The old holder must stop: every later write it attempts under that
+    lease (``save_run(..., lease=...)``, ``renew_lease``, ``release_run``) is refused too."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached (connections refused or terminated, the pool timed
+    out) for the whole retry time (``HANGO_DB_RETRY_SECONDS``, see ``hango.store.retry``).
+
+    An infrastructure fault, not the run's: a worker stops working on the run and leaves it to
+    be reclaimed (lease expiry) instead of failing it. Whether the last write was applied is
+    unknown; a later write under the same lease or version finds out."""
+
+
+class UnstorableContent(StoreError):
+    """A save held content the database cannot store (a NUL character in ``state_json`` on
+    PostgreSQL's jsonb, a lone UTF-16 surrogate, a non-finite number). Nothing was written."""
 
 
 @frozen
@@ -102,10 +119,11 @@ class Lease:
 
     ``token`` is new on every claim and is what ``renew_lease`` and ``release_run`` check, so
     a worker whose lease expired cannot touch the run again. ``owner`` names the worker (for
-    people reading ``runs show``); ``attempt`` counts the claims of this run since it was
-    last released back to the queue, this one included (above 1: earlier holders died with
-    it); ``seconds`` is the lease length; ``expires_at`` is when it lapses unless renewed
-    (the database's clock on PostgreSQL, so workers' clocks need not agree).
+    people reading ``runs show``); ``attempt`` counts the claims of this run that did not end
+    in a release, this one included (above 1: earlier holders died with it or lost their
+    lease; a graceful hand-back does not count); ``seconds`` is the lease length;
+    ``expires_at`` is when it lapses unless renewed (the database's clock on PostgreSQL, so
+    workers' clocks need not agree).
     """
 
     tenant_id: uuid.UUID
@@ -130,7 +148,15 @@ class QueueWatch(Protocol):
 
 
 class RunStore(Protocol):
-    """Persistence of runs. All methods are async; ids are UUIDs; every call takes the tenant."""
+    """Persistence of runs. All methods are async; ids are UUIDs; every call takes the tenant.
+
+    Durability contract, for every method: a transient fault (a connection terminated or
+    refused, a pool timeout) is retried on a fresh connection for ``HANGO_DB_RETRY_SECONDS``
+    and then raised as ``StoreUnavailable``; a write retried after its connection died is not
+    applied twice. Lease fencing: everything a worker writes to a run it holds goes through
+    its ``Lease`` (``save_run(..., lease=)``, ``renew_lease``, ``release_run``) and is refused
+    with ``LeaseLost`` (or ``False``) once the lease is no longer the run's.
+    """
 
     async def put_agent(
         self, tenant_id: uuid.UUID, name: str, definition: dict[str, Any]
@@ -202,13 +228,22 @@ class RunStore(Protocol):
         from_index: int | None = None,
         error: str | None = None,
         stop_reason: StopReason | None = None,
+        lease: Lease | None = None,
     ) -> int:
         """Atomically: set status, error, stop reason and state_json, and replace the session's
         messages from index ``from_index`` on with ``messages``. Returns the new version.
         ``state=None`` leaves state_json as it is and ``from_index=None`` leaves the messages
         (so a run whose stored state is corrupt can be marked failed without losing it).
 
-        Raises ``StaleVersion`` (writing nothing) when the run's version is not ``version``.
+        ``lease`` fences the write: a worker passes the lease it claimed the run with, and the
+        save happens only while the run still holds that lease's token (its expiry is not
+        checked: a claim by another worker is what replaces the token). Without a lease (a run
+        in a terminal) only the version is checked.
+
+        Raises, writing nothing: ``LeaseLost`` when the run no longer holds ``lease``;
+        ``StaleVersion`` when its version is not ``version``; ``UnstorableContent`` for a
+        state or message the database cannot hold; ``StoreUnavailable`` when the database
+        stayed unreachable (then whether the save was applied is unknown).
         """
         ...
 
@@ -227,13 +262,15 @@ class RunStore(Protocol):
         ``installed``: the middleware names this worker can build; a run whose recorded stack
         names one outside it is left for a worker that has it (None: no filter).
 
-        Claimable: status ``queued``, or ``running`` (or ``cancelled``: killed between saving and
-        releasing) under a lease that has expired, its worker gone. A run without a lease
-        (``hango run`` in a terminal) is never taken.
+        Claimable: status ``queued`` without a live lease (one still held is a run being handed
+        back, between its last save and its release), or ``running`` (or ``cancelled``: killed
+        between saving and releasing) under a lease that has expired, its worker gone. A run
+        without a lease (``hango run`` in a terminal) is never taken.
         Atomically, the run becomes ``running`` under a new lease of ``lease_seconds``, its
-        ``attempts`` and ``version`` increment (so the previous holder's next save raises
-        ``StaleVersion``). Concurrent claims never return the same run: PostgreSQL uses
-        ``SELECT ... FOR UPDATE SKIP LOCKED``, SQLite a ``BEGIN IMMEDIATE`` transaction.
+        ``attempts`` and ``version`` increment (the previous holder's token is gone, so its
+        writes raise ``LeaseLost``; a reader without a lease gets ``StaleVersion``). Concurrent
+        claims never return the same run: PostgreSQL uses ``SELECT ... FOR UPDATE SKIP
+        LOCKED``, SQLite a ``BEGIN IMMEDIATE`` transaction.
         """
         ...
 
@@ -245,12 +282,13 @@ class RunStore(Protocol):
         ...
 
     async def release_run(self, lease: Lease) -> bool:
-        """Give up the lease: clear it, and put a run that did not finish (``running`` or
-        ``cancelled``) back to ``queued`` with ``attempts`` reset to 0 and no error (handing a
-        run back is not a failure); a finished run keeps its status, count and error, and a
-        suspended run its status with ``attempts`` reset to 0 (waiting for a person is not a
-        failure either). Increments the version. Returns ``False``, writing nothing, when the
-        lease was no longer held."""
+        """Give up the lease: clear it, and put a run that did not finish (``queued``,
+        ``running`` or ``cancelled``) back to ``queued`` with no error; a suspended run keeps
+        its status (it waits for a person), a finished one its status and error. Unless the
+        run finished, ``attempts`` goes one lower, back to what it was before this claim (a
+        hand-back or a suspension is not an attempt: only claims that ended in a crash or an
+        expired lease count). Increments the version. Returns ``False``, writing nothing, when
+        the lease was no longer held."""
         ...
 
     def watch_queue(
@@ -284,6 +322,36 @@ def message_from_row(session_id: uuid.UUID, seq: int, role: str, content: Any) -
         return message_from_json({"role": role, "content": content})
     except ValueError as exc:
         raise corrupt_message(session_id, seq, exc) from exc
+
+
+def storable_json(value: Any, what: str) -> str:
+    """``value`` as compact JSON text (non-ASCII kept as is) that both stores can hold.
+
+    Raises ``UnstorableContent`` naming ``what`` (e.g. ``"run 1234...: its state"``) when
+    ``value`` holds a non-finite number (NaN and Infinity are not JSON; PostgreSQL refuses them)
+    or a lone UTF-16 surrogate (not encodable as UTF-8, so no database driver can send it)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        raise UnstorableContent(
+            f"{what} holds a non-finite number (NaN or Infinity), which is not JSON; "
+            "nothing was saved"
+        ) from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+        raise UnstorableContent(
+            f"{what} holds a lone UTF-16 surrogate ({bad}), which is not valid Unicode text; "
+            "nothing was saved"
+        ) from exc
+    return text
+
+
+def storable_text(text: str) -> str:
+    """``text`` (a run's error message) with what no text column can hold replaced by U+FFFD:
+    NUL characters (PostgreSQL) and lone surrogates (any UTF-8 driver)."""
+    return replace_lone_surrogates(text.replace("\x00", "\ufffd"))
 
 
 #: The shortest id prefix ``resolve_id`` accepts, as git does for object names.

@@ -5,6 +5,12 @@ machines (psycopg 3, async, with a ``psycopg_pool`` connection pool; asyncio onl
 ``hango db upgrade``. It refuses (``SchemaError``) a database that is behind this code (run
 ``hango db upgrade``) or ahead of it (upgrade hango). Every statement names the tenant; a save
 is one statement (one round trip), so it is atomic without an explicit transaction.
+
+Transient faults (``is_transient``: the connection was terminated, refused or timed out) are
+retried on a fresh connection for ``RetryPolicy.seconds`` (``hango.store.retry``); the pool
+checks a connection before handing it out and discards dead ones. A write whose connection
+died around COMMIT may have been applied, so each write is repeatable: a save or release
+recognises its own ``write_id``, a claim its own lease token, a new run its own id.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import uuid
-from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio.to_thread
@@ -39,9 +46,18 @@ from hango.store.base import (
     SessionBusy,
     StaleVersion,
     StoreError,
+    StoreUnavailable,
+    UnstorableContent,
     agent_id_for,
     message_from_row,
+    storable_json,
+    storable_text,
 )
+from hango.store.retry import RetryPolicy, one_line, with_retries
+
+T = TypeVar("T")
+
+log = logging.getLogger("hango.store")
 
 _Conn = psycopg.AsyncConnection[DictRow]
 
@@ -50,15 +66,17 @@ _RUN_COLUMNS = (
     "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json"
 )
 
-# One statement: the version check, the run row and the session's messages from from_index on.
-# New messages are upserted and only rows past the new end are deleted, so no two parts of the
-# statement touch the same row (PostgreSQL runs the parts of a WITH on one snapshot).
+# One statement: the version (and lease) check, the run row and the session's messages from
+# from_index on. New messages are upserted and only rows past the new end are deleted, so no two
+# parts of the statement touch the same row (PostgreSQL runs the parts of a WITH on one
+# snapshot).
 _SAVE = """
 WITH run AS (
     UPDATE runs SET status = %(status)s, error = %(error)s, stop_reason = %(stop_reason)s,
         state_json = COALESCE(%(state)s::jsonb, state_json),
-        version = version + 1, updated_at = now()
+        version = version + 1, updated_at = now(), write_id = %(write_id)s
     WHERE tenant_id = %(tenant)s AND id = %(run)s AND version = %(version)s
+        AND (%(lease)s::uuid IS NULL OR lease_token = %(lease)s::uuid)
     RETURNING session_id
 ), trimmed AS (
     DELETE FROM messages m USING run
@@ -79,7 +97,7 @@ _CLAIM = """
 WITH next AS (
     SELECT tenant_id, id FROM runs
     WHERE tenant_id = %(tenant)s
-        AND (status = 'queued'
+        AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < now()))
             OR (status IN ('running', 'cancelled') AND lease_expires_at < now()))
         -- Only runs whose recorded stack this worker can build (NULL: no filter).
         AND (%(installed)s::text[] IS NULL OR NOT EXISTS (
@@ -96,6 +114,46 @@ FROM next WHERE r.tenant_id = next.tenant_id AND r.id = next.id
 RETURNING r.id, r.attempts, r.lease_expires_at
 """
 
+# A claim whose connection died around COMMIT: the run it took holds its token.
+_CLAIMED = """
+SELECT id, attempts, lease_expires_at FROM runs
+WHERE tenant_id = %(tenant)s AND lease_token = %(token)s
+"""
+
+_RELEASE = """
+UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued'
+        ELSE status END,
+    -- A hand-back or a suspension is not an attempt: the count goes back to what it was
+    -- before this claim.
+    attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended')
+        THEN greatest(attempts - 1, 0) ELSE attempts END,
+    error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL ELSE error END,
+    version = version + 1, updated_at = now(), write_id = %(write_id)s
+WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s
+RETURNING id
+"""
+
+#: Seconds the pool keeps reconnecting one connection before it gives up (see ``open``).
+RECONNECT_SECONDS: Final = 5.0
+
+#: SQLSTATEs of failures that are the server's state, not the statement's: the connection
+#: class 08, the server shutting down or starting (57P01-57P03), too many connections.
+_TRANSIENT_STATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is an infrastructure fault worth retrying on a fresh connection: the
+    pool had no connection in time (``PoolTimeout``), the connection failed or was terminated
+    (an ``OperationalError`` without a server SQLSTATE, or class 08), the server is shutting
+    down, starting up or full. Statement errors (constraints, bad values, limits) are not."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _TRANSIENT_STATES
+
 
 def channel(tenant_id: uuid.UUID) -> str:
     """The NOTIFY channel of a tenant's queue (the trigger of migration 0003 sends on it)."""
@@ -106,10 +164,6 @@ def conninfo(url: str) -> str:
     """A libpq URL for psycopg: ``postgresql+psycopg://`` and ``postgres://`` normalised."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(scheme="postgresql"))
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _run(row: DictRow) -> RunRecord:
@@ -137,21 +191,28 @@ class PostgresRunStore:
     """A ``RunStore`` on PostgreSQL. Open with ``await PostgresRunStore.open(url)``;
     ``aclose()`` when done (or ``async with``). Needs the asyncio backend (psycopg)."""
 
-    def __init__(self, pool: AsyncConnectionPool[_Conn], conninfo: str) -> None:
+    def __init__(self, pool: AsyncConnectionPool[_Conn], conninfo: str, retry: RetryPolicy) -> None:
         self._pool = pool
         self._conninfo = conninfo
+        self.retry = retry
 
     @classmethod
-    async def open(cls, url: str, *, max_connections: int = 10) -> PostgresRunStore:
-        """Connect to ``url`` (``postgresql://...``) with a pool of up to ``max_connections``.
+    async def open(
+        cls, url: str, *, max_connections: int = 10, retry: RetryPolicy | None = None
+    ) -> PostgresRunStore:
+        """Connect to ``url`` (``postgresql://...``) with a pool of up to ``max_connections``;
+        transient faults of later calls are retried as ``retry`` says (default: 15 s).
 
         Raises ``SchemaError`` when the schema is not exactly this code's (behind: run
-        ``hango db upgrade``; ahead: upgrade hango) and ``StoreError`` when the server cannot
-        be reached."""
+        ``hango db upgrade``; ahead: upgrade hango), ``StoreUnavailable`` when the server cannot
+        be reached now (a caller may wait and try again: ``hango worker`` does) and
+        ``StoreError`` for any other failure to open."""
+        retry = retry or RetryPolicy()
         try:
             await anyio.to_thread.run_sync(migrate.check, url)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot open the PostgreSQL database: {exc}") from None
+            kind = StoreUnavailable if is_transient(exc) else StoreError
+            raise kind(f"cannot open the PostgreSQL database: {one_line(exc)}") from None
         info = conninfo(url)
         pool = AsyncConnectionPool(
             info,
@@ -160,13 +221,22 @@ class PostgresRunStore:
             open=False,
             connection_class=psycopg.AsyncConnection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row},
+            # A connection the server terminated while it sat in the pool is found out and
+            # replaced before it is handed out, instead of failing the next statement.
+            check=AsyncConnectionPool.check_connection,
+            # Waiting for a connection is bounded by the retry time, not the pool's 30 s.
+            timeout=max(retry.seconds, 1.0),
+            # The pool reconnects with a doubling delay; giving up after a few seconds lets
+            # the next caller start again from a 1 s delay, so after an outage of any length
+            # the store is back within about 2 s of the database.
+            reconnect_timeout=RECONNECT_SECONDS,
         )
         try:
             await pool.open(wait=True, timeout=10)
         except PoolTimeout as exc:
             await pool.close()
-            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from None
-        return cls(pool, info)
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {one_line(exc)}") from None
+        return cls(pool, info, retry)
 
     async def __aenter__(self) -> PostgresRunStore:
         return self
@@ -177,10 +247,19 @@ class PostgresRunStore:
     async def aclose(self) -> None:
         await self._pool.close()
 
-    async def _one(self, query: str, params: dict[str, Any]) -> DictRow | None:
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(query, params)
-            return await cur.fetchone()
+    async def _retried(self, what: str, call: Callable[[int], Awaitable[T]]) -> T:
+        """``call(attempt)`` under the retry policy (see ``hango.store.retry.with_retries``)."""
+        return await with_retries(call, policy=self.retry, transient=is_transient, what=what)
+
+    async def _one(self, what: str, query: str, params: dict[str, Any]) -> DictRow | None:
+        """The first row of one idempotent statement, retried on transient faults."""
+
+        async def attempt(_: int) -> DictRow | None:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query, params)
+                return await cur.fetchone()
+
+        return await self._retried(what, attempt)
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -189,16 +268,21 @@ class PostgresRunStore:
     ) -> AgentRecord:
         canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"))
         agent_id = agent_id_for(tenant_id, canonical)
-        async with self._pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO agents (tenant_id, id, name, definition) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                (tenant_id, agent_id, name, Jsonb(definition)),
-            )
+
+        async def attempt(_: int) -> None:  # ON CONFLICT DO NOTHING: repeatable
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO agents (tenant_id, id, name, definition) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT DO NOTHING",
+                    (tenant_id, agent_id, name, Jsonb(definition)),
+                )
+
+        await self._retried(f"storing agent {name!r}", attempt)
         return AgentRecord(agent_id, tenant_id, name, definition)
 
     async def get_agent(self, tenant_id: uuid.UUID, agent_id: uuid.UUID) -> AgentRecord:
         row = await self._one(
+            f"reading agent {agent_id}",
             "SELECT name, definition FROM agents WHERE tenant_id = %(tenant)s AND id = %(id)s",
             {"tenant": tenant_id, "id": agent_id},
         )
@@ -219,67 +303,71 @@ class PostgresRunStore:
         config: dict[str, Any] | None = None,
     ) -> RunRecord:
         run_id = uuid.uuid4()
-        async with self._pool.connection() as conn, conn.transaction():
-            if session_id is None:
-                session_id = uuid.uuid4()
+        new_session = session_id is None
+        session = uuid.uuid4() if session_id is None else session_id
+        content = storable_json(message_to_json(message)["content"], f"run {run_id}: its message")
+        config_text = storable_json(config or {}, f"run {run_id}: its configuration")
+
+        async def attempt(n: int) -> DictRow | None:
+            async with self._pool.connection() as conn, conn.transaction():
+                if n > 1:  # the first attempt may have committed before its connection died
+                    cur = await conn.execute(
+                        f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %s AND id = %s",
+                        (tenant_id, run_id),
+                    )
+                    if (done := await cur.fetchone()) is not None:
+                        return done
+                if new_session:
+                    await conn.execute(
+                        "INSERT INTO sessions (tenant_id, id, agent_id) VALUES (%s, %s, %s)",
+                        (tenant_id, session, agent_id),
+                    )
+                else:
+                    # The row lock serialises runs created on one session, as SQLite's write
+                    # lock does: the busy check and the message index cannot race.
+                    cur = await conn.execute(
+                        "SELECT 1 FROM sessions WHERE tenant_id = %s AND id = %s FOR UPDATE",
+                        (tenant_id, session),
+                    )
+                    if await cur.fetchone() is None:
+                        raise NotFound(f"session {session} not found")
+                    cur = await conn.execute(
+                        "SELECT id FROM runs WHERE tenant_id = %s AND session_id = %s "
+                        "AND status IN ('queued', 'running', 'suspended') LIMIT 1",
+                        (tenant_id, session),
+                    )
+                    busy = await cur.fetchone()
+                    if busy is not None:
+                        raise SessionBusy(f"session {session} has an active run {busy['id']}")
+                # The next index from the primary key's last entry: one index probe, however
+                # long the session (a count would read every message).
+                cur = await conn.execute(
+                    "SELECT coalesce(max(seq) + 1, 0) AS n FROM messages "
+                    "WHERE tenant_id = %s AND session_id = %s",
+                    (tenant_id, session),
+                )
+                counted = await cur.fetchone()
+                start = counted["n"] if counted else 0
                 await conn.execute(
-                    "INSERT INTO sessions (tenant_id, id, agent_id) VALUES (%s, %s, %s)",
-                    (tenant_id, session_id, agent_id),
+                    "INSERT INTO messages (tenant_id, session_id, seq, run_id, role, content) "
+                    "VALUES (%s, %s, %s, %s, %s, %s::json)",
+                    (tenant_id, session, start, run_id, message.role, content),
                 )
-            else:
-                # The row lock serialises runs created on one session, as SQLite's write
-                # lock does: the busy check and the message index cannot race.
                 cur = await conn.execute(
-                    "SELECT 1 FROM sessions WHERE tenant_id = %s AND id = %s FOR UPDATE",
-                    (tenant_id, session_id),
+                    "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, "
+                    "message_start, config_json) VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb) "
+                    f"RETURNING {_RUN_COLUMNS}",
+                    (tenant_id, run_id, session, agent_id, status.value, start, config_text),
                 )
-                if await cur.fetchone() is None:
-                    raise NotFound(f"session {session_id} not found")
-                cur = await conn.execute(
-                    "SELECT id FROM runs WHERE tenant_id = %s AND session_id = %s "
-                    "AND status IN ('queued', 'running', 'suspended') LIMIT 1",
-                    (tenant_id, session_id),
-                )
-                busy = await cur.fetchone()
-                if busy is not None:
-                    raise SessionBusy(f"session {session_id} has an active run {busy['id']}")
-            cur = await conn.execute(
-                "SELECT count(*) AS n FROM messages WHERE tenant_id = %s AND session_id = %s",
-                (tenant_id, session_id),
-            )
-            counted = await cur.fetchone()
-            start = counted["n"] if counted else 0
-            await conn.execute(
-                "INSERT INTO messages (tenant_id, session_id, seq, run_id, role, content) "
-                "VALUES (%s, %s, %s, %s, %s, %s::json)",
-                (
-                    tenant_id,
-                    session_id,
-                    start,
-                    run_id,
-                    message.role,
-                    _dumps(message_to_json(message)["content"]),
-                ),
-            )
-            cur = await conn.execute(
-                "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start, "
-                f"config_json) VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb) RETURNING {_RUN_COLUMNS}",
-                (
-                    tenant_id,
-                    run_id,
-                    session_id,
-                    agent_id,
-                    status.value,
-                    start,
-                    _dumps(config or {}),
-                ),
-            )
-            row = await cur.fetchone()
+                return await cur.fetchone()
+
+        row = await self._retried(f"creating run {run_id}", attempt)
         assert row is not None  # INSERT ... RETURNING returns the row
         return _run(row)
 
     async def get_run(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> RunRecord:
         row = await self._one(
+            f"reading run {run_id}",
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %(tenant)s AND id = %(id)s",
             {"tenant": tenant_id, "id": run_id},
         )
@@ -294,11 +382,14 @@ class PostgresRunStore:
         if session_id is not None:
             query += " AND session_id = %(session)s"
         query += " ORDER BY created_at DESC, id DESC LIMIT %(limit)s"
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                query, {"tenant": tenant_id, "session": session_id, "limit": limit}
-            )
-            return [_run(r) for r in await cur.fetchall()]
+        params = {"tenant": tenant_id, "session": session_id, "limit": limit}
+
+        async def attempt(_: int) -> list[DictRow]:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query, params)
+                return await cur.fetchall()
+
+        return [_run(r) for r in await self._retried("listing runs", attempt)]
 
     async def ids_between(
         self,
@@ -319,13 +410,16 @@ class PostgresRunStore:
             return [r["id"] for r in await cur.fetchall()]
 
     async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT seq, role, content FROM messages "
-                "WHERE tenant_id = %s AND session_id = %s ORDER BY seq",
-                (tenant_id, session_id),
-            )
-            rows = await cur.fetchall()
+        async def attempt(_: int) -> list[DictRow]:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT seq, role, content FROM messages "
+                    "WHERE tenant_id = %s AND session_id = %s ORDER BY seq",
+                    (tenant_id, session_id),
+                )
+                return await cur.fetchall()
+
+        rows = await self._retried(f"loading session {session_id}", attempt)
         return [
             message_from_row(session_id, row["seq"], row["role"], row["content"]) for row in rows
         ]
@@ -342,40 +436,62 @@ class PostgresRunStore:
         from_index: int | None = None,
         error: str | None = None,
         stop_reason: StopReason | None = None,
+        lease: Lease | None = None,
     ) -> int:
         replace = from_index is not None
         new = list(messages) if replace else []
         start = from_index if from_index is not None else 0
+        write_id = uuid.uuid4()
         params = {
             "tenant": tenant_id,
             "run": run_id,
             "version": version,
+            "lease": None if lease is None else lease.token,
+            "write_id": write_id,
             "status": status.value,
-            "error": error,
+            "error": None if error is None else storable_text(error),
             "stop_reason": stop_reason.value if stop_reason else None,
-            "state": None if state is None else _dumps(state),
+            "state": None if state is None else storable_json(state, f"run {run_id}: its state"),
             "replace": replace,
             "start": start,
             "end": start + len(new),
             "roles": [m.role for m in new],
-            "contents": [_dumps(message_to_json(m)["content"]) for m in new],
+            "contents": [
+                storable_json(message_to_json(m)["content"], f"run {run_id}: message {start + i}")
+                for i, m in enumerate(new)
+            ],
         }
-        async with self._pool.connection() as conn:
-            try:
-                cur = await conn.execute(_SAVE, params)
-            except psycopg.errors.UntranslatableCharacter as exc:
-                raise StoreError(
-                    f"run {run_id}: nothing saved: its state holds a NUL character (\\u0000), "
-                    f"which PostgreSQL's jsonb cannot store ({exc.diag.message_primary})"
-                ) from exc
-            if await cur.fetchone() is not None:
-                return version + 1
-            cur = await conn.execute(
-                "SELECT version FROM runs WHERE tenant_id = %s AND id = %s", (tenant_id, run_id)
+
+        async def attempt(_: int) -> DictRow | None:
+            async with self._pool.connection() as conn:
+                try:
+                    cur = await conn.execute(_SAVE, params)
+                except psycopg.errors.UntranslatableCharacter as exc:
+                    raise UnstorableContent(
+                        f"run {run_id}: its state holds a NUL character (\\u0000), which "
+                        "PostgreSQL's jsonb cannot store; nothing was saved "
+                        f"({exc.diag.message_primary})"
+                    ) from exc
+                if await cur.fetchone() is not None:
+                    return None
+                cur = await conn.execute(
+                    "SELECT version, lease_token, write_id FROM runs "
+                    "WHERE tenant_id = %s AND id = %s",
+                    (tenant_id, run_id),
+                )
+                current = await cur.fetchone()
+            if current is None:
+                raise NotFound(f"run {run_id} not found")
+            return current
+
+        current = await self._retried(f"saving run {run_id}", attempt)
+        if current is None or current["write_id"] == write_id:
+            return version + 1  # saved (by an attempt whose connection died after COMMIT)
+        if lease is not None and current["lease_token"] != lease.token:
+            raise LeaseLost(
+                f"run {run_id}: not saved: the lease of {lease.owner} is lost (another worker "
+                "claimed the run, or it was released)"
             )
-            current = await cur.fetchone()
-        if current is None:
-            raise NotFound(f"run {run_id} not found")
         raise StaleVersion(
             f"run {run_id}: save with version {version} but the stored version is "
             f"{current['version']}; another writer saved this run"
@@ -392,16 +508,24 @@ class PostgresRunStore:
         installed: Collection[str] | None = None,
     ) -> Lease | None:
         token = uuid.uuid4()
-        row = await self._one(
-            _CLAIM,
-            {
-                "tenant": tenant_id,
-                "owner": owner,
-                "token": token,
-                "seconds": lease_seconds,
-                "installed": None if installed is None else sorted(installed),
-            },
-        )
+        params = {
+            "tenant": tenant_id,
+            "owner": owner,
+            "token": token,
+            "seconds": lease_seconds,
+            "installed": None if installed is None else sorted(installed),
+        }
+
+        async def attempt(n: int) -> DictRow | None:
+            async with self._pool.connection() as conn:
+                if n > 1:  # the first attempt may have claimed a run before its connection died
+                    cur = await conn.execute(_CLAIMED, params)
+                    if (claimed := await cur.fetchone()) is not None:
+                        return claimed
+                cur = await conn.execute(_CLAIM, params)
+                return await cur.fetchone()
+
+        row = await self._retried("claiming a run", attempt)
         if row is None:
             return None
         return Lease(
@@ -415,7 +539,8 @@ class PostgresRunStore:
         )
 
     async def renew_lease(self, lease: Lease) -> Lease:
-        row = await self._one(
+        row = await self._one(  # sets the expiry from now: repeatable
+            f"renewing the lease of run {lease.run_id}",
             "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(seconds)s) "
             "WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s "
             "RETURNING lease_expires_at",
@@ -432,26 +557,42 @@ class PostgresRunStore:
         return attrs.evolve(lease, expires_at=expires)
 
     async def release_run(self, lease: Lease) -> bool:
-        row = await self._one(
-            "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
-            "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
-            "ELSE status END, "
-            # A clean hand-back is no failure, nor is a suspension (the run waits for a
-            # person): only claims since the last one count.
-            "attempts = CASE WHEN status IN ('running', 'cancelled', 'suspended') THEN 0 "
-            "ELSE attempts END, "
-            "error = CASE WHEN status IN ('running', 'cancelled') THEN NULL ELSE error END, "
-            "version = version + 1, updated_at = now() "
-            "WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s "
-            "RETURNING id",
-            {"tenant": lease.tenant_id, "run": lease.run_id, "token": lease.token},
-        )
-        return row is not None
+        write_id = uuid.uuid4()
+        params = {
+            "tenant": lease.tenant_id,
+            "run": lease.run_id,
+            "token": lease.token,
+            "write_id": write_id,
+        }
+
+        async def attempt(n: int) -> bool:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(_RELEASE, params)
+                if await cur.fetchone() is not None:
+                    return True
+                if n == 1:
+                    return False
+                # The first attempt may have released it before its connection died.
+                cur = await conn.execute(
+                    "SELECT 1 FROM runs WHERE tenant_id = %(tenant)s AND id = %(run)s "
+                    "AND write_id = %(write_id)s",
+                    params,
+                )
+                return await cur.fetchone() is not None
+
+        return await self._retried(f"releasing run {lease.run_id}", attempt)
 
     @contextlib.asynccontextmanager
     async def watch_queue(self, tenant_id: uuid.UUID) -> AsyncIterator[_ListenWatch]:
         watch = _ListenWatch(self._conninfo, channel(tenant_id))
-        await watch.connect()
+        try:
+            await watch.connect()
+        except psycopg.OperationalError as exc:
+            if not is_transient(exc):
+                raise
+            # The database is away: the first wait connects, and returns at once so that
+            # the caller looks for runs queued meanwhile.
+            log.warning("listening for queued runs failed (retrying): %s", one_line(exc))
         try:
             yield watch
         finally:

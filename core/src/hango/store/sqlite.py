@@ -1,7 +1,9 @@
 """``SqliteRunStore``: the embedded default store, one SQLite file (stdlib ``sqlite3``).
 
 Calls run in a worker thread, one at a time on one connection (WAL mode), so the event loop
-never blocks on disk and writes never interleave.
+never blocks on disk and writes never interleave. There is no connection to lose: a call either
+commits and returns or rolls back and raises, so nothing here is retried (a busy file is waited
+for up to 30 s by SQLite's own busy timeout).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from hango.store.base import (
     agent_id_for,
     corrupt_message,
     message_from_row,
+    storable_json,
+    storable_text,
     utcnow,
 )
 
@@ -94,10 +98,6 @@ def _lease_time(at: dt.datetime) -> str:
 
 def _parse_time(text: str | None) -> dt.datetime | None:
     return None if text is None else dt.datetime.fromisoformat(text)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 class SqliteRunStore:
@@ -217,6 +217,8 @@ class SqliteRunStore:
         tenant = str(tenant_id)
         run_id = uuid.uuid4()
         now = utcnow().isoformat()
+        content = storable_json(message_to_json(message)["content"], f"run {run_id}: its message")
+        config_text = storable_json(config or {}, f"run {run_id}: its configuration")
 
         def create(conn: sqlite3.Connection) -> RunRecord:
             nonlocal session_id
@@ -241,21 +243,17 @@ class SqliteRunStore:
                 ).fetchone()
                 if busy is not None:
                     raise SessionBusy(f"session {session_id} has an active run {busy['id']}")
+            # The next index from the primary key's last entry: one index probe, however long
+            # the session (a count would read every message).
             start = conn.execute(
-                "SELECT COUNT(*) FROM messages WHERE tenant_id = ? AND session_id = ?",
+                "SELECT coalesce(max(seq) + 1, 0) FROM messages "
+                "WHERE tenant_id = ? AND session_id = ?",
                 (tenant, str(session_id)),
             ).fetchone()[0]
             conn.execute(
                 "INSERT INTO messages (tenant_id, session_id, seq, run_id, role, content) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    tenant,
-                    str(session_id),
-                    start,
-                    str(run_id),
-                    message.role,
-                    _dumps(message_to_json(message)["content"]),
-                ),
+                (tenant, str(session_id), start, str(run_id), message.role, content),
             )
             conn.execute(
                 "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start, "
@@ -269,7 +267,7 @@ class SqliteRunStore:
                     start,
                     now,
                     now,
-                    _dumps(config or {}),
+                    config_text,
                 ),
             )
             return self._get_run(conn, tenant_id, run_id)
@@ -356,12 +354,20 @@ class SqliteRunStore:
         from_index: int | None = None,
         error: str | None = None,
         stop_reason: StopReason | None = None,
+        lease: Lease | None = None,
     ) -> int:
         tenant = str(tenant_id)
-        state_text = None if state is None else _dumps(state)
+        token = None if lease is None else str(lease.token)
+        state_text = None if state is None else storable_json(state, f"run {run_id}: its state")
         start = from_index if from_index is not None else 0
         rows = [
-            (tenant, start + i, str(run_id), m.role, _dumps(message_to_json(m)["content"]))
+            (
+                tenant,
+                start + i,
+                str(run_id),
+                m.role,
+                storable_json(message_to_json(m)["content"], f"run {run_id}: message {start + i}"),
+            )
             for i, m in enumerate(messages)
         ]
 
@@ -370,25 +376,34 @@ class SqliteRunStore:
                 "UPDATE runs SET status = ?, error = ?, stop_reason = ?, "
                 "state_json = COALESCE(?, state_json), "
                 "version = version + 1, updated_at = ? "
-                "WHERE tenant_id = ? AND id = ? AND version = ? RETURNING session_id",
+                "WHERE tenant_id = ? AND id = ? AND version = ? "
+                "AND (? IS NULL OR lease_token = ?) RETURNING session_id",
                 (
                     status.value,
-                    error,
+                    None if error is None else storable_text(error),
                     stop_reason.value if stop_reason else None,
                     state_text,
                     utcnow().isoformat(),
                     tenant,
                     str(run_id),
                     version,
+                    token,
+                    token,
                 ),
             )
             hit = cur.fetchone()
             if hit is None:
                 current = conn.execute(
-                    "SELECT version FROM runs WHERE tenant_id = ? AND id = ?", (tenant, str(run_id))
+                    "SELECT version, lease_token FROM runs WHERE tenant_id = ? AND id = ?",
+                    (tenant, str(run_id)),
                 ).fetchone()
                 if current is None:
                     raise NotFound(f"run {run_id} not found")
+                if lease is not None and current["lease_token"] != token:
+                    raise LeaseLost(
+                        f"run {run_id}: not saved: the lease of {lease.owner} is lost (another "
+                        "worker claimed the run, or it was released)"
+                    )
                 raise StaleVersion(
                     f"run {run_id}: save with version {version} but the stored version is "
                     f"{current['version']}; another writer saved this run"
@@ -420,7 +435,7 @@ class SqliteRunStore:
         installed: Collection[str] | None = None,
     ) -> Lease | None:
         token = uuid.uuid4()
-        names = None if installed is None else _dumps(sorted(installed))
+        names = None if installed is None else json.dumps(sorted(installed))
 
         def claim(conn: sqlite3.Connection) -> Lease | None:
             # BEGIN IMMEDIATE (in _tx) takes the write lock first: claims in every process on
@@ -432,8 +447,9 @@ class SqliteRunStore:
                 "lease_expires_at = ?, attempts = attempts + 1, version = version + 1, "
                 "updated_at = ? "
                 "WHERE rowid = (SELECT rowid FROM runs WHERE tenant_id = ? "
-                "AND (status = 'queued' OR (status IN ('running', 'cancelled') "
-                "AND lease_expires_at < ?)) "
+                # A queued run still under a lease is being handed back: not yet.
+                "AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < ?)) "
+                "OR (status IN ('running', 'cancelled') AND lease_expires_at < ?)) "
                 # Only runs whose recorded stack this worker can build (NULL: no filter).
                 "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(config_json, '$.stack') "
                 "AS m WHERE json_extract(m.value, '$.name') NOT IN "
@@ -446,6 +462,7 @@ class SqliteRunStore:
                     _lease_time(expires),
                     now.isoformat(),
                     str(tenant_id),
+                    _lease_time(now),
                     _lease_time(now),
                     names,
                     names,
@@ -483,13 +500,14 @@ class SqliteRunStore:
         def release(conn: sqlite3.Connection) -> int:
             return conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
-                "status = CASE WHEN status IN ('running', 'cancelled') THEN 'queued' "
+                "status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued' "
                 "ELSE status END, "
-                # A clean hand-back is no failure, nor is a suspension (the run waits for a
-                # person): only claims since the last one count.
-                "attempts = CASE WHEN status IN ('running', 'cancelled', 'suspended') THEN 0 "
-                "ELSE attempts END, "
-                "error = CASE WHEN status IN ('running', 'cancelled') THEN NULL ELSE error END, "
+                # A hand-back or a suspension is not an attempt: the count goes back to what it
+                # was before this claim.
+                "attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended') "
+                "THEN max(attempts - 1, 0) ELSE attempts END, "
+                "error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL "
+                "ELSE error END, "
                 "version = version + 1, updated_at = ? "
                 "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
                 (utcnow().isoformat(), str(lease.tenant_id), str(lease.run_id), str(lease.token)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from attrs import frozen
+from attrs import field, frozen
 
 from hango.provider.messages import ToolSpec, ToolUseBlock
 
@@ -16,10 +16,17 @@ if TYPE_CHECKING:
 @frozen
 class ToolResult:
     """What a tool call returns to the model: text ``content``; ``is_error`` marks a failure the
-    model should see and react to (it does not fail the run)."""
+    model should see and react to (it does not fail the run).
+
+    ``exception`` is the exception the tool raised when the chain's innermost guard turned it
+    into this error result (None otherwise: a tool's own error result, an unknown tool, or
+    arguments that failed validation, which raise nothing). It lets a wrapper such as tool
+    retry tell a raised failure from the others; it is never persisted or compared.
+    """
 
     content: str
     is_error: bool = False
+    exception: BaseException | None = field(default=None, eq=False, repr=False)
 
 
 def error_result(fmt: str, *args: object) -> ToolResult:

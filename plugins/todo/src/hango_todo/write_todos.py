@@ -15,9 +15,14 @@ from typing import Any, Final, get_args
 
 from hango import State, Todo, ToolContext, ToolResult, ToolSpec, error_result
 from hango.agent.state import TodoStatus
+from hango.agent.storable import replace_lone_surrogates
 
 TOOL_NAME: Final = "write_todos"
 STATUSES: Final[tuple[TodoStatus, ...]] = get_args(TodoStatus)
+#: Most todos in one plan: the plan is in every system prompt and in every state save.
+MAX_TODOS: Final = 100
+#: Most characters in one todo's content: a step, not a document.
+MAX_CONTENT_CHARS: Final = 2000
 
 DESCRIPTION: Final = """\
 Write your plan as a todo list. Each call replaces the whole list, so always send every item, \
@@ -45,13 +50,19 @@ INPUT_SCHEMA: Final[dict[str, Any]] = {
     "properties": {
         "todos": {
             "type": "array",
-            "description": "The complete, updated todo list, in the order the steps are done.",
+            "description": (
+                "The complete, updated todo list, in the order the steps are done "
+                f"(at most {MAX_TODOS})."
+            ),
             "items": {
                 "type": "object",
                 "properties": {
                     "content": {
                         "type": "string",
-                        "description": "The step, in the imperative: what will be done.",
+                        "description": (
+                            "The step, in the imperative: what will be done "
+                            f"(at most {MAX_CONTENT_CHARS} characters)."
+                        ),
                     },
                     "status": {"type": "string", "enum": list(STATUSES)},
                 },
@@ -72,11 +83,17 @@ class TodoError(ValueError):
 def parse_todos(raw: object) -> list[Todo]:
     """The ``todos`` argument as a list of ``Todo``.
 
-    Raises ``TodoError`` for a non-list, an item that is not ``{content, status}``, blank
-    content, an unknown status, or more than one ``in_progress`` item.
+    Raises ``TodoError`` for a non-list, more than ``MAX_TODOS`` items, an item that is not
+    ``{content, status}``, blank content, content longer than ``MAX_CONTENT_CHARS`` or holding
+    a character no store can keep (NUL: PostgreSQL's jsonb refuses it; a lone UTF-16
+    surrogate: not Unicode text), an unknown status, or more than one ``in_progress`` item.
     """
     if not isinstance(raw, list):
         raise TodoError("todos must be a list of {content, status} objects")
+    if len(raw) > MAX_TODOS:
+        raise TodoError(
+            f"the plan has {len(raw)} todos; at most {MAX_TODOS} are kept, so merge steps"
+        )
     todos: list[Todo] = []
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or set(item) != {"content", "status"}:
@@ -84,6 +101,13 @@ def parse_todos(raw: object) -> list[Todo]:
         content, status = item["content"], item["status"]
         if not isinstance(content, str) or not content.strip():
             raise TodoError(f"todos[{i}].content is empty; every todo says what the step is")
+        if len(content) > MAX_CONTENT_CHARS:
+            raise TodoError(
+                f"todos[{i}].content has {len(content)} characters; at most "
+                f"{MAX_CONTENT_CHARS} (a step, not a document)"
+            )
+        if (problem := _unstorable(content)) is not None:
+            raise TodoError(f"todos[{i}].content holds {problem}, which cannot be stored")
         if status not in STATUSES:
             raise TodoError(f"todos[{i}].status is {status!r}; use one of {', '.join(STATUSES)}")
         todos.append(Todo(content, status))
@@ -95,6 +119,15 @@ def parse_todos(raw: object) -> list[Todo]:
             "at a time"
         )
     return todos
+
+
+def _unstorable(text: str) -> str | None:
+    """What in ``text`` no store can keep, or ``None``."""
+    if "\x00" in text:
+        return "a NUL character (\\u0000)"
+    if replace_lone_surrogates(text) != text:
+        return "a lone UTF-16 surrogate"
+    return None
 
 
 def counts(todos: Sequence[Todo]) -> dict[TodoStatus, int]:
