@@ -133,9 +133,14 @@ async def test_plan_progress_is_counted_and_its_text_never_exported(demo_trace: 
 async def test_state_missing_is_reported_once_on_a_middlewares_first_call(
     demo_trace: Any,
 ) -> None:
-    """repeat_call finds no private state on the run's first tool call, and says so once;
-    later calls find the counts it stored."""
-    [(span, event)] = demo_trace.events(telemetry.STATE_MISSING)
+    """Each middleware says once that it found no private state (repeat_call on the run's
+    first tool call); later calls find what it stored."""
+    events = demo_trace.events(telemetry.STATE_MISSING)
+    names = [event.attributes[telemetry.MIDDLEWARE_NAME] for _, event in events]
+    assert len(names) == len(set(names)), names
+    [(span, event)] = [
+        (s, e) for s, e in events if e.attributes[telemetry.MIDDLEWARE_NAME] == "repeat_call"
+    ]
     assert event.attributes == {telemetry.MIDDLEWARE_NAME: "repeat_call"}
     first_tool = next(s for s in demo_trace.spans() if s.name.startswith("execute_tool"))
     assert span is first_tool
