@@ -99,13 +99,17 @@ def slow(label: str, ctx: ToolContext) -> str:
 
 @tool
 def step(label: str, ctx: ToolContext) -> str:
-    """Take a moment.
+    """Wait until the test lets this step finish (file ``go-LABEL``; at most 30 s), so the
+    test's stop signal always lands while the step runs, however loaded the machine.
 
     Args:
         label: what to record.
     """
     note(ctx, label + ":start")
-    time.sleep(0.3)
+    go = HERE / f"go-{label}"
+    deadline = time.monotonic() + 30
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     note(ctx, label + ":done")
     return f"{label} done"
 
@@ -408,12 +412,18 @@ async def test_five_sigterm_hand_backs_are_no_attempts_and_the_run_then_complete
         owner = (await store.get_run(tenant, run.id)).lease_owner
         assert owner is not None and owner not in stopped
         procs[owner].send_signal(signal.SIGTERM)  # mid-turn: finish it, save, hand back
+        with anyio.fail_after(30):  # the signal is handled before the step is let go
+            while "stopping: " not in workers.log(procs[owner]):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        (folder / f"go-s{i}").touch()
         assert await workers.exit_code(procs[owner]) == 0
         stopped.append(owner)
         back = await store.get_run(tenant, run.id)
         if back.status is RunStatus.QUEUED:  # unless the next worker has it already
             assert (back.attempts, back.lease_owner) == (0, None)
 
+    await wait_for_line(folder, f"{run.id} s6:start")
+    (folder / "go-s6").touch()
     (done,) = await wait_until(store, tenant, [run.id])
     assert (done.status, done.error) == (RunStatus.COMPLETED, None)
     assert done.attempts == 1  # only the last claim: five hand-backs counted for nothing
