@@ -22,6 +22,7 @@ from hango.agent.events import (
     ToolCallStarted,
 )
 from hango.agent.state import Todo
+from hango.agent.storable import replace_lone_surrogates
 from hango.provider.events import ProviderRetry, TextDelta
 from hango.provider.messages import Usage
 
@@ -37,8 +38,9 @@ SHOW_TEXT_CHARS = 20_000
 
 def clip_line(text: str, width: int = 200) -> str:
     """``text`` on one line (whitespace collapsed), at most ``width`` characters. Only the
-    start of ``text`` is looked at, so a result of megabytes costs what a short one does."""
-    line = " ".join(text[: width * 4].split())
+    start of ``text`` is looked at, so a result of megabytes costs what a short one does. Lone
+    surrogates become U+FFFD: a terminal cannot encode them, and printing must not fail a run."""
+    line = replace_lone_surrogates(" ".join(text[: width * 4].split()))
     return line if len(line) <= width and len(text) <= width * 4 else line[: width - 1] + "…"
 
 
@@ -56,7 +58,7 @@ def checklist(todos: Sequence[Todo]) -> Text:
     out.append(f"Plan ({done}/{len(todos)} done)\n", style="bold")
     for t in todos:
         mark, style = _MARKS[t.status]
-        out.append(f"  {mark} {t.content}\n", style=style)
+        out.append(f"  {mark} {replace_lone_surrogates(t.content)}\n", style=style)
     return out
 
 
@@ -102,7 +104,13 @@ class Renderer:
                 verb = "resuming" if resumed else "run"
                 c.print(Text(f"{verb} {run_id}", style="dim"))
             case TextDelta(text=text):
-                c.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+                c.print(
+                    replace_lone_surrogates(text),
+                    end="",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
                 self._in_text = True
             case AttemptDiscarded():
                 # A terminal cannot take back what it printed: say it does not count.
