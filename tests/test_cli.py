@@ -320,3 +320,17 @@ def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
     assert json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)[0]["status"] == (
         "completed"
     )
+
+
+def test_a_final_message_no_model_streamed_is_printed(tmp_path: Path) -> None:
+    # hango-limits ends the run with its own message, made without a model call: nothing is
+    # streamed, and the terminal must still show why the run stopped.
+    agent = write_agent(
+        tmp_path,
+        '[[turns]]\ntext = "one"\n[[turns.tool_calls]]\nname = "write_todos"\n'
+        'input = { todos = [] }\n[[turns]]\ntext = "two"\n',
+        extra="[options.limits]\nrun = { model_calls = 1 }\n",
+    )
+    out = hango("run", "--agent", str(agent), "hi", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "the limit of 1 model call per run was reached" in out.stdout

@@ -120,7 +120,10 @@ class Renderer:
             case ProviderRetry():
                 self._end_text()
                 c.print(Text(retry_line(event), style="dim"), **_ONE_LINE)
-            case MessageCompleted():
+            case MessageCompleted(message=message):
+                if not self._in_text and message.text:
+                    # A message no model streamed (a middleware's own answer, e.g. a limit's).
+                    c.print(replace_lone_surrogates(message.text), markup=False, highlight=False)
                 self._end_text()
             case ToolCallStarted(call=call):
                 self._end_text()
