@@ -112,6 +112,7 @@ _NO_CHAT = contextlib.nullcontext(_NOTHING)
 _STUBBED = {
     "tracer": _NOTHING,
     "chat_span": lambda *args, **kwargs: _NO_CHAT,
+    "tool_span": lambda *args, **kwargs: _NO_CHAT,
     "before_run_duration": _NOTHING,
     "tool_short_circuits": _NOTHING,
     "repeat_blocked": _NOTHING,

@@ -12,25 +12,36 @@ from psycopg import sql
 
 # -- PostgreSQL (tests/store/, tests/test_worker*.py) -------------------------------------------
 
+#: Where a local PostgreSQL listens on a developer's machine and in CI (trust authentication).
+LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
+
 POSTGRES_HOWTO = (
-    "PostgreSQL tests skipped: set HANGO_TEST_DATABASE_URL to a server where the role may "
-    "CREATE DATABASE, e.g. postgresql://postgres@127.0.0.1:5432/postgres (.ci/run sets it)"
+    "PostgreSQL tests skipped: no server at " + LOCAL_POSTGRES + " ({problem}); start one there, "
+    "or set HANGO_TEST_DATABASE_URL to a server where the role may CREATE DATABASE"
 )
 
 
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> str:
-    """HANGO_TEST_DATABASE_URL. Unset: skip, saying how to enable. Set but unreachable: fail,
+    """HANGO_TEST_DATABASE_URL, else the local server at ``LOCAL_POSTGRES`` when one answers.
+
+    Unset and nothing answers locally: skip, saying how to enable. Set but unreachable: fail,
     since a configured server that is down must not pass as a skip."""
     url = os.environ.get("HANGO_TEST_DATABASE_URL")
     if not url:
-        pytest.skip(POSTGRES_HOWTO)
+        try:
+            psycopg.connect(LOCAL_POSTGRES, connect_timeout=2).close()
+        except psycopg.Error as exc:
+            problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            pytest.skip(POSTGRES_HOWTO.format(problem=problem))
+        return LOCAL_POSTGRES
     try:
         psycopg.connect(url, connect_timeout=5).close()
     except psycopg.Error as exc:
         pytest.fail(
             f"HANGO_TEST_DATABASE_URL={url} is unreachable ({exc}); start the server "
-            "(pg_ctlcluster --skip-systemctl-redirect VERSION main start) or unset it to skip",
+            "(pg_ctlcluster --skip-systemctl-redirect VERSION main start) or unset it to use "
+            f"{LOCAL_POSTGRES} when a server listens there",
             pytrace=False,
         )
     return url

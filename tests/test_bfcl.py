@@ -1,6 +1,6 @@
 """BFCL multi-turn tasks carried through hango's full default stack (bench/bfcl).
 
-Needs ``bfcl-eval`` (``uv run python -m bench.bfcl.setup``; ``.ci/run`` runs it). Without it
+Needs ``bfcl-eval`` (in the workspace's dev group, installed by ``uv sync``). Without it
 these tests skip, except in CI (``CI`` set), where a missing install is a failure.
 """
 

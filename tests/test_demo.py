@@ -72,11 +72,14 @@ def test_readme_first_command_shows_plan_blocked_repeat_and_refused_tool(
     assert done.returncode == 0, done.stderr
     out = done.stdout
 
-    # The plan, created and then updated step by step.
-    plans = re.findall(r"Plan \((\d)/4 done\)", out)
+    # The plan, created and then updated step by step (piped: a line per change, then the
+    # checklist once; a terminal updates one checklist in place, tests/test_cli.py).
+    plans = re.findall(r"^plan (\d)/4 done", out, re.MULTILINE)
     assert plans == ["0", "1", "2", "3", "4"]
-    assert "  [>] List the workspace files\n  [ ] Read the limits and the incident log" in out
-    assert "  [x] Search the code for open TODOs\n  [>] Write up the open risks" in out
+    assert "plan 0/4 done; now: List the workspace files\n" in out
+    assert "plan 3/4 done; now: Write up the open risks\n" in out
+    assert out.count("Plan (4/4 done)") == 1
+    assert "  [x] Search the code for open TODOs\n  [x] Write up the open risks" in out
     assert "← Plan saved (4 todos: 0 completed, 1 in_progress, 3 pending)." in out
     # The third identical search is blocked; the first two ran.
     assert out.count("← controller.py:4: STALE_AFTER_S = None") == 2
@@ -124,7 +127,9 @@ def test_interrupted_run_resumes_with_its_plan_and_a_repaired_history(
     out = "".join(seen) + rest
     assert proc.returncode == 130, out + err
     (run_id,) = re.findall(rf"^run ({UUID})$", out, re.MULTILINE)
-    assert f"cancelled; resume with: hango resume {run_id}" in err
+    words, hint = err.strip().splitlines()[-2:]
+    assert words == "cancelled; resume with:"
+    assert f"hango resume {run_id} --db sqlite:///" in hint
     assert "Plan (1/3 done)" in out
 
     # Saved at the interruption: the plan, and a call without a result.

@@ -1,6 +1,6 @@
 """BFCL's multi-turn tasks, read from the installed ``bfcl-eval`` package.
 
-Layout used (``bfcl_eval/`` in site-packages, version pinned in ``bench.bfcl.setup``):
+Layout used (``bfcl_eval/`` in site-packages, version pinned in the workspace ``pyproject.toml``):
 
 - ``data/BFCL_v4_<category>.json``: one task per line (``id``, ``question``: a list of turns,
   each a list of ``{"role", "content"}`` messages, empty for a turn that only adds held-out
@@ -34,8 +34,8 @@ class BfclMissing(RuntimeError):
 
     def __init__(self) -> None:
         super().__init__(
-            "bfcl-eval is not installed in this environment: run "
-            "`uv run python -m bench.bfcl.setup` (uv sync removes it; run setup again after one)"
+            "bfcl-eval is not installed in this environment: it is in the workspace's dev "
+            "group; run `uv sync --all-packages`"
         )
 
 

@@ -269,7 +269,8 @@ async def test_the_run_fails_naming_the_middleware_not_with_an_attribute_error(
         finished = await h.run(h.agent, "go")
         assert finished.status is RunStatus.FAILED
         assert finished.error == (
-            "middleware 'forgetful' returned None from wrap_model_call instead of a ModelResponse"
+            "middleware 'forgetful' (an in-process object) returned None from wrap_model_call "
+            "instead of a ModelResponse"
         )
         saved = await h.store.get_run(h.tenant_id, finished.run_id)
         assert saved.status is RunStatus.FAILED and saved.error == finished.error

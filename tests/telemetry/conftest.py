@@ -150,6 +150,8 @@ def otel_session() -> Telemetry:
 
 
 @pytest.fixture
-def otel(otel_session: Telemetry) -> Telemetry:
+def otel(otel_session: Telemetry, monkeypatch: pytest.MonkeyPatch) -> Telemetry:
+    # Content capture is the user's opt-in; a developer's shell must not turn it on here.
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
     otel_session.clear()
     return otel_session

@@ -128,3 +128,14 @@ async def test_plan_progress_is_counted_and_its_text_never_exported(demo_trace: 
     assert contents
     strings = demo_trace.strings()
     assert [c for c in contents if any(c in s for s in strings)] == []
+
+
+async def test_state_missing_is_reported_once_on_a_middlewares_first_call(
+    demo_trace: Any,
+) -> None:
+    """repeat_call finds no private state on the run's first tool call, and says so once;
+    later calls find the counts it stored."""
+    [(span, event)] = demo_trace.events(telemetry.STATE_MISSING)
+    assert event.attributes == {telemetry.MIDDLEWARE_NAME: "repeat_call"}
+    first_tool = next(s for s in demo_trace.spans() if s.name.startswith("execute_tool"))
+    assert span is first_tool

@@ -209,3 +209,23 @@ async def test_an_exception_quoting_content_fails_the_run_not_privacy(
     assert otel.one("execute_tool plan").attributes["error.type"] == "MiddlewareError"
     assert otel.one("invoke_agent test").attributes["error.type"] == "MiddlewareError"
     assert [s for s in otel.strings() if "a secret step" in s] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [
+        ("", False),
+        ("false", False),
+        ("no_content", False),
+        ("event_only", False),  # hango records no content events; spans stay clean
+        ("true", True),
+        ("True", True),
+        (" SPAN_ONLY ", True),
+        ("span_and_event", True),
+    ],
+)
+def test_content_capture_is_on_only_when_asked(value: str, on: bool) -> None:
+    from hango.telemetry_content import CAPTURE_VARIABLE, capture_enabled
+
+    assert capture_enabled({CAPTURE_VARIABLE: value}) is on
+    assert capture_enabled({}) is False

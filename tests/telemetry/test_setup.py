@@ -162,8 +162,11 @@ def test_trace_console_prints_each_span_compactly(built: list[Providers]) -> Non
         outer.add_event(telemetry.MIDDLEWARE_STACK, {telemetry.MIDDLEWARE_NAMES: ("a", "b")})
         with tracer.start_as_current_span("inner"):
             pass
-    # Spans print as they end: the inner one first, naming the outer one as its parent.
-    inner, head, attributes, event = err.getvalue().splitlines()
+    # Nothing prints while the run goes on (it would land inside the streamed answer) ...
+    assert err.getvalue() == ""
+    providers.tracer_provider.force_flush()
+    # ... then every span, in the order they started: the outer one first.
+    head, attributes, event, inner = err.getvalue().splitlines()
     ctx = outer.get_span_context()
     assert inner.startswith("inner  INTERNAL  ")
     assert inner.endswith(f"parent {ctx.span_id:016x}")

@@ -81,6 +81,13 @@ async def test_a_run_has_the_genai_spans_and_metrics(tmp_path: Path, otel: Any) 
         "gen_ai.agent.id": str(run.agent_id),
         "gen_ai.conversation.id": str(run.session_id),
         "hango.run.id": str(run.id),
+        "gen_ai.provider.name": "hango.scripted",
+        "gen_ai.request.model": "scripted:t",
+        # The run's totals over its two model calls, cached tokens counted in input_tokens.
+        "gen_ai.usage.input_tokens": 135 + 7,
+        "gen_ai.usage.output_tokens": 20 + 3,
+        "gen_ai.usage.cache_read.input_tokens": 30,
+        "gen_ai.usage.cache_creation.input_tokens": 5,
     }
     [(_, stack)] = otel.events(telemetry.MIDDLEWARE_STACK)
     assert stack.attributes == {telemetry.MIDDLEWARE_NAMES: ()}
@@ -115,8 +122,13 @@ async def test_a_run_has_the_genai_spans_and_metrics(tmp_path: Path, otel: Any) 
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "echo",
         "gen_ai.tool.call.id": "call_echo",
+        "gen_ai.tool.type": "function",
     }
+    assert ok.status.status_code is StatusCode.UNSET
     assert failed.attributes["error.type"] == "tool_error"
+    # Backends flag a failed tool by the span's status; the message (user data) stays out.
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "tool_error"
     assert failed.attributes["gen_ai.tool.call.id"] == "call_broken"
 
     call = {

@@ -1,12 +1,15 @@
 """The ``hango`` command (click for parsing, rich for output).
 
 User errors print one line on stderr and exit 2; a run that fails exits 1; a cancelled run
-(Ctrl-C) is saved and exits 130 with the command that resumes it; a run suspended for a
-person's decision exits 3, printing what it waits for and the commands that decide.
+(Ctrl-C) is saved and exits 130; a run suspended for a person's decision exits 3, printing what
+it waits for and the commands that decide. After a cancel or a failure, a command that resumes
+the run is printed on stderr, ready to paste (``hango.resume_hint``). Run and session ids are
+taken whole or as a unique prefix, as git takes object names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -14,21 +17,25 @@ import signal
 import sys
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import click
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.table import Table
+from rich.text import Text
 
+from hango import resume_hint
 from hango.agent.definition import AgentDefinition
-from hango.agent.events import Event, RunFinished, RunStatus
+from hango.agent.events import Event, MessageCompleted, RunFinished, RunStatus
 from hango.agent.stack import STACK_ORDER, StackConfig, discover
 from hango.agent.state import StateError
-from hango.config import Config, ConfigError, HangoWarning, hango_settings
+from hango.config import DEFAULT_TENANT, Config, ConfigError, HangoWarning, hango_settings
 from hango.convert import message_to_json
+from hango.event_json import event_to_json
 from hango.pending import (
     SUSPENDED_EXIT,
     parse_decisions,
@@ -37,15 +44,24 @@ from hango.pending import (
     print_pending,
 )
 from hango.plugins import PluginError, make_plugin_manager
+from hango.provider.messages import Message
 from hango.provider.model import ModelError
 from hango.provider.scripted import ScriptError
 from hango.provider.select import ModelSpecError
-from hango.render import Renderer, checklist, clip_line, clip_text
+from hango.render import (
+    Renderer,
+    checklist,
+    clip_line,
+    clip_text,
+    tool_call_line,
+    tool_result_lines,
+)
 from hango.run import Decided, Harness
-from hango.store import StoreError, open_store
-from hango.store.base import RunRecord
+from hango.store import RunStore, SessionBusy, StoreError, open_store, resolve_id
+from hango.store.base import IdKind, RunRecord
 
 T = TypeVar("T")
+Output = Literal["text", "json", "jsonl"]
 
 # emoji=False: rich would print a tool path "x:smile:y" or a model's ":b:" as emoji.
 console = Console(highlight=False, emoji=False)
@@ -73,6 +89,16 @@ def _run_async(fn: Callable[[], Awaitable[T]]) -> T:
         sys.exit(2)
 
 
+def _flush_telemetry() -> None:
+    """Export what the run recorded now: ``--trace console`` prints its spans here, after the
+    run's output, and OTLP batches leave before the process does."""
+    from opentelemetry import trace
+
+    flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if flush is not None:
+        flush()
+
+
 def _show_warning(
     message: Warning | str,
     category: type[Warning],
@@ -94,6 +120,7 @@ _python_showwarning = warnings.showwarning
 def _exit(code: int) -> None:
     """Exit with ``code``. After a cancelled run, exit at once: a sync tool still blocking in a
     worker thread (abandoned by the cancel) must not hold the process open."""
+    _flush_telemetry()
     if code == 130:
         from opentelemetry import trace
 
@@ -106,15 +133,13 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
-def _parse_uuid(value: str, what: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a {what} id (a UUID)") from None
-
-
 def _db_url(db: str | None) -> str:
     return db or Config.from_env().database_url
+
+
+async def _resolve(store: RunStore, kind: IdKind, text: str) -> uuid.UUID:
+    """The id ``text`` names (whole, or a unique prefix); one-line errors otherwise."""
+    return await resolve_id(store, Config.from_env().tenant_id, kind, text)
 
 
 db_option = click.option(
@@ -129,16 +154,80 @@ agent_option = click.option(
     show_default=True,
     help="The agent file.",
 )
+run_json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object when the run ends: ids, status, usage and the answer.",
+)
+jsonl_option = click.option(
+    "--jsonl",
+    is_flag=True,
+    help="Stream every event as one JSON object per line (see docs/reference.md).",
+)
+model_option = click.option(
+    "--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME."
+)
+base_url_option = click.option(
+    "--base-url", help="Base URL of an OpenAI-compatible server (with --model openai:NAME)."
+)
+trace_option = click.option(
+    "--trace",
+    type=click.Choice(["console"]),
+    help="Print the run's spans on stderr after the run.",
+)
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hango")
 def main() -> None:
     """hango: run agents whose every feature is a middleware."""
     warnings.showwarning = _show_warning
 
 
-def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
+def _output(as_json: bool, jsonl: bool) -> Output:
+    if as_json and jsonl:
+        raise click.UsageError("--json and --jsonl: choose one")
+    return "json" if as_json else "jsonl" if jsonl else "text"
+
+
+class _Resume:
+    """The ``hango resume`` line for this command's runs: same database, tenant, model and
+    output options as the command that ran them."""
+
+    def __init__(
+        self,
+        db: str | None,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        trace: str | None = None,
+        output: Output = "text",
+    ) -> None:
+        self.db_option = db  # as given; the decision commands of a suspended run name it
+        url = _db_url(db)
+        self.db = url if url != Config.from_env({}).database_url else None
+        tenant = Config.from_env().tenant_id
+        self.tenant = None if tenant == DEFAULT_TENANT else str(tenant)
+        options: list[str] = []
+        for flag, value in (("--model", model), ("--base-url", base_url), ("--trace", trace)):
+            if value is not None:
+                options += [flag, value]
+        if output != "text":
+            options.append(f"--{output}")
+        self.options = options
+
+    def command(self, run_id: uuid.UUID, *, force: bool = False) -> str:
+        extra = ["--force"] if force else []
+        return resume_hint.command(
+            ["resume", str(run_id)],
+            db=self.db,
+            tenant=self.tenant,
+            options=[*self.options, *extra],
+        )
+
+
+def _summary(finished: RunFinished, run: RunRecord, answer: str | None) -> dict[str, Any]:
     return {
         "run_id": str(finished.run_id),
         "session_id": str(run.session_id),
@@ -151,20 +240,46 @@ def _summary(finished: RunFinished, run: RunRecord) -> dict[str, Any]:
             # calls whose server reported no usage: the counts then miss their tokens
             "unknown_calls": finished.usage.unknown_calls,
         },
+        "answer": answer,
         "pending": pending_json(finished.pending),
     }
 
 
-async def _execute(
-    harness: Harness, run: RunRecord, *, as_json: bool, db: str | None = None
-) -> int:
-    """Execute ``run``, rendering events; returns the exit code."""
-    renderer = Renderer(console)
-    emit: Callable[[Event], Awaitable[None]] = _quiet if as_json else renderer.event
+def _hint(words: str, command: str) -> None:
+    """``words``, then ``command`` alone on its line: never broken by a hard wrap, so it
+    pastes whole."""
+    err_console.print(words, markup=False)
+    err_console.print(f"  {command}", markup=False, soft_wrap=True, style="bold")
+
+
+async def _jsonl(event: Event) -> None:
+    sys.stdout.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+async def _quiet(_: Event) -> None:
+    return None
+
+
+async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: _Resume) -> int:
+    """Execute ``run``, showing its events as ``output`` asks; returns the exit code."""
     finished: RunFinished | None = None
     failure: Exception | None = None
+    last: Message | None = None  # the last assistant message: the answer once the run completes
+    renderer = Renderer(console)
+    show = {"text": renderer.event, "json": _quiet, "jsonl": _jsonl}[output]
+
+    async def emit(event: Event) -> None:
+        nonlocal last
+        if isinstance(event, MessageCompleted):
+            last = event.message
+        await show(event)
+
     # Ctrl-C or SIGTERM cancels the run's scope: the harness saves it as cancelled.
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with (
+        renderer if output == "text" else contextlib.nullcontext(),
+        anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+    ):
         async with anyio.create_task_group() as tg:
 
             async def on_signal() -> None:
@@ -182,36 +297,63 @@ async def _execute(
 
             tg.start_soon(on_signal)
             tg.start_soon(go)
+            if output == "text":
+                tg.start_soon(renderer.animate)
     if failure is not None:
         raise failure
     if finished is None:
-        err_console.print(f"\ncancelled; resume with: hango resume {run.id}", markup=False)
+        _hint("cancelled; resume with:", resume.command(run.id))
         return 130
-    if as_json:
-        console.print_json(json.dumps(_summary(finished, run)))
-    elif finished.pending:
-        print_pending(console, run.id, finished.pending, db)
+    if output == "json":
+        answer = last.text if last and finished.status is RunStatus.COMPLETED else None
+        console.print_json(json.dumps(_summary(finished, run, answer)))
+    elif output == "text" and finished.pending:
+        print_pending(console, run.id, finished.pending, resume.db_option)
     if finished.status is RunStatus.SUSPENDED:
         return SUSPENDED_EXIT
+    if finished.status is RunStatus.FAILED:
+        _hint("resume with:", resume.command(run.id))
     return 0 if finished.status is RunStatus.COMPLETED else 1
 
 
-async def _quiet(_: Event) -> None:
-    return None
+async def _busy_session(
+    store: RunStore, error: SessionBusy, session_id: uuid.UUID, db: str | None
+) -> StoreError:
+    """``SessionBusy`` said as what to do: the session's unfinished run and the command that
+    recovers it."""
+    tenant = Config.from_env().tenant_id
+    runs = await store.list_runs(tenant, session_id=session_id, limit=10)
+    busy = next((r for r in runs if r.status in (RunStatus.RUNNING, RunStatus.QUEUED)), None)
+    if busy is None:
+        return error
+    resume = _Resume(db)
+    if busy.status is RunStatus.QUEUED:
+        return StoreError(
+            f"session {session_id} has run {busy.id} queued for a worker: start one "
+            f"(`hango worker`) or run it here with: {resume.command(busy.id)}"
+        )
+    expires = busy.lease_expires_at
+    if expires is not None and expires > dt.datetime.now(dt.UTC):
+        return StoreError(
+            f"session {session_id} has run {busy.id} in progress on worker {busy.lease_owner}; "
+            "continue the session once it has finished"
+        )
+    return StoreError(
+        f"session {session_id} has run {busy.id} still marked running: if the `hango run` "
+        f"that ran it is gone (killed, crashed), recover it with: "
+        f"{resume.command(busy.id, force=True)}"
+    )
 
 
 @main.command()
 @agent_option
-@click.option(
-    "--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME."
-)
-@click.option(
-    "--base-url", help="Base URL of an OpenAI-compatible server (with --model openai:NAME)."
-)
-@click.option("--session", "session", help="Continue this session (a UUID) with a new message.")
-@click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
+@model_option
+@base_url_option
+@click.option("--session", "session", help="Continue this session (its id or a unique prefix).")
+@trace_option
 @db_option
-@json_option
+@run_json_option
+@jsonl_option
 @click.argument("message")
 def run(
     agent_path: Path,
@@ -221,10 +363,11 @@ def run(
     trace: str | None,
     db: str | None,
     as_json: bool,
+    jsonl: bool,
     message: str,
 ) -> None:
     """Run the agent on MESSAGE, streaming its work."""
-    session_id = _parse_uuid(session, "session") if session else None
+    output = _output(as_json, jsonl)
     from hango.telemetry_setup import configure_telemetry
 
     configure_telemetry(trace)
@@ -234,6 +377,7 @@ def run(
         built = agent.build_model(model, base_url)  # a bad model or script fails before any run
         store = await open_store(_db_url(db))
         try:
+            session_id = await _resolve(store, "session", session) if session else None
             # One harness starts and executes the run: plugins are loaded once.
             harness = Harness(
                 store,
@@ -242,8 +386,14 @@ def run(
                 model_spec=model,
                 base_url=base_url,
             )
-            record = await harness.start(agent, message, session_id=session_id)
-            return await _execute(harness, record, as_json=as_json, db=db)
+            try:
+                record = await harness.start(agent, message, session_id=session_id)
+            except SessionBusy as exc:
+                assert session_id is not None
+                raise await _busy_session(store, exc, session_id, db) from None
+            # The run records its model and base URL: resuming it needs neither option.
+            resume = _Resume(db, trace=trace, output=output)
+            return await _execute(harness, record, output=output, resume=resume)
         finally:
             await store.aclose()
 
@@ -256,7 +406,7 @@ def run(
     help="Continue on this model instead of the one the run started with (recorded).",
 )
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
-@click.option("--trace", type=click.Choice(["console"]), help="Print the run's spans.")
+@trace_option
 @click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
 @click.option("--approve", multiple=True, metavar="CALL_ID", help="Approve a pending tool call.")
 @click.option(
@@ -283,7 +433,8 @@ def run(
     help="Record the decisions and leave the run to a worker (the default for a submitted run).",
 )
 @db_option
-@json_option
+@run_json_option
+@jsonl_option
 @click.argument("run_id")
 def resume(
     model: str | None,
@@ -297,14 +448,15 @@ def resume(
     queue: bool,
     db: str | None,
     as_json: bool,
+    jsonl: bool,
     run_id: str,
 ) -> None:
-    """Resume RUN_ID from its last saved turn boundary.
+    """Resume RUN_ID (an id or a unique prefix) from its last saved turn boundary.
 
     A suspended run continues once each pending tool call has a decision (several may be
     given at once); `hango runs show RUN_ID` lists them. It continues in this terminal, or,
     if it was submitted for workers (or with --queue), goes back on the queue."""
-    rid = _parse_uuid(run_id, "run")
+    output = _output(as_json, jsonl)
     decisions = parse_decisions(approve, reject, edit, respond)
     from hango.telemetry_setup import configure_telemetry
 
@@ -314,7 +466,9 @@ def resume(
         store = await open_store(_db_url(db))
         try:
             tenant = Config.from_env().tenant_id
+            rid = await _resolve(store, "run", run_id)
             record = await store.get_run(tenant, rid)
+            again = _Resume(db, model=model, base_url=base_url, trace=trace, output=output)
             expires = record.lease_expires_at
             if expires is not None and expires > dt.datetime.now(dt.UTC):
                 raise StoreError(
@@ -325,18 +479,18 @@ def resume(
                 # A foreground `hango run` holds no lease: it may still be executing.
                 raise StoreError(
                     f"run {rid} is running, perhaps in another `hango run`; if that process "
-                    "is gone (killed, machine lost), resume with --force"
+                    f"is gone (killed, machine lost), resume with: {again.command(rid, force=True)}"
                 )
             # The run continues on the model it started with, unless --model changes it.
             harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
             if decisions:
                 to_queue = queue or bool(record.config.get("queued"))
                 done = await harness.decide(rid, decisions, queue=to_queue)
-                finished = _decided(done, as_json=as_json, db=db, queue=to_queue)
+                finished = _decided(done, as_json=output == "json", db=db, queue=to_queue)
                 if finished is not None:
                     return finished
                 record = done.run
-            return await _execute(harness, record, as_json=as_json, db=db)
+            return await _execute(harness, record, output=output, resume=again)
         finally:
             await store.aclose()
 
@@ -402,35 +556,72 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
     }
 
 
+async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
+    tenant = Config.from_env().tenant_id
+    return {a: (await store.get_agent(tenant, a)).name for a in {r.agent_id for r in records}}
+
+
+async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
+    """Each run's own user message (the one it was started with)."""
+    tenant = Config.from_env().tenant_id
+    histories: dict[uuid.UUID, list[Message]] = {}
+    out = {}
+    for r in records:
+        if r.session_id not in histories:
+            histories[r.session_id] = await store.load_messages(tenant, r.session_id)
+        history = histories[r.session_id]
+        out[r.id] = history[r.message_start].text if r.message_start < len(history) else ""
+    return out
+
+
+#: Characters of an id shown in tables: enough to be a unique prefix in practice (8 hex
+#: digits: one pair in a million among 100 runs), and what `runs show` and `resume` take.
+SHORT_ID = 8
+
+
 @runs.command("list")
 @click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
 @db_option
 @json_option
 def runs_list(limit: int, db: str | None, as_json: bool) -> None:
-    """List runs, newest first."""
+    """List runs, newest first: id, agent, session, start time, status and prompt."""
 
     async def main_() -> None:
         store = await open_store(_db_url(db))
         try:
             records = await store.list_runs(Config.from_env().tenant_id, limit=limit)
+            names = await _agent_names(store, records)
+            prompts = await _prompts(store, records)
         finally:
             await store.aclose()
         if as_json:
-            console.print_json(json.dumps([_run_json(r) for r in records]))
+            rows = [
+                _run_json(r) | {"agent": names[r.agent_id], "prompt": prompts[r.id]}
+                for r in records
+            ]
+            console.print_json(json.dumps(rows))
             return
-        # Whole run ids, never cut: they are what `runs show` and `resume` take (`runs show`
-        # prints the session id that `--session` takes).
-        table = Table(box=None)
-        table.add_column("run", no_wrap=True, min_width=36)
+        if not records:
+            console.print("no runs yet: start one with `hango run --agent FILE MESSAGE`")
+            return
+        table = Table(box=None, pad_edge=False)
+        table.add_column("run", no_wrap=True)
+        table.add_column("agent", no_wrap=True, max_width=16, overflow="ellipsis")
+        table.add_column("session", no_wrap=True)
+        table.add_column("started", no_wrap=True)
         table.add_column("status", no_wrap=True)
-        table.add_column("updated", no_wrap=True)
-        table.add_column("error", overflow="fold")
+        table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
         for r in records:
+            style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
+                r.status.value, ""
+            )
             table.add_row(
-                str(r.id),
-                r.status.value,
-                r.updated_at.strftime("%m-%d %H:%M:%S"),
-                r.error or "",
+                str(r.id)[:SHORT_ID],
+                names[r.agent_id],
+                str(r.session_id)[:SHORT_ID],
+                r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
+                Text(r.status.value, style=style),
+                clip_line(prompts[r.id], 60),
             )
         console.print(table)
 
@@ -442,14 +633,13 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
 @json_option
 @click.argument("run_id")
 def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
-    """Show RUN_ID: status, messages and state (the plan)."""
-    rid = _parse_uuid(run_id, "run")
+    """Show RUN_ID (an id or a unique prefix): status, messages and state (the plan)."""
 
     async def main_() -> None:
         store = await open_store(_db_url(db))
         try:
             tenant = Config.from_env().tenant_id
-            record = await store.get_run(tenant, rid)
+            record = await store.get_run(tenant, await _resolve(store, "run", run_id))
             messages = await store.load_messages(tenant, record.session_id)
         finally:
             await store.aclose()
@@ -472,6 +662,7 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
 def _print_run(record: RunRecord, messages: list[Any]) -> None:
     from hango.agent.state import load_state
 
+    rich_text = console.is_terminal and not console.is_dumb_terminal
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
     console.print(f"session {record.session_id}", style="dim")
     if record.config:
@@ -488,15 +679,15 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
         for block in m.content:
             kind = block.type
             if kind == "text":
-                console.print(f"[bold]{m.role}:[/bold] ", end="")
-                # soft_wrap: the terminal wraps; rich wrapping megabytes takes seconds.
-                console.print(clip_text(block.text), markup=False, soft_wrap=True)
+                console.print(f"[bold]{m.role}:[/bold]")
+                # Clipped: rendering megabytes of text takes seconds (--json prints it all).
+                text = clip_text(block.text)
+                console.print(Markdown(text) if rich_text else Text(text))
             elif kind == "tool_use":
-                args = clip_line(json.dumps(block.input, ensure_ascii=False))
-                console.print(f"  → {block.name} {args}", markup=False, style="cyan")
+                console.print(tool_call_line(block), no_wrap=True, overflow="ellipsis", crop=True)
             elif kind == "tool_result":
-                style = "red" if block.is_error else "dim"
-                console.print("  ← " + clip_line(block.content, 100), markup=False, style=style)
+                for line in tool_result_lines(block.content, block.is_error):
+                    console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
     if isinstance(record.state, dict) and record.state:
         try:
             todos = load_state(record.state).todos
@@ -528,6 +719,13 @@ def plugins(as_json: bool) -> None:
             for p in placements
         ]
         console.print_json(json.dumps(rows))
+        return
+    if not placements:
+        console.print(
+            "No middleware plugins are installed: runs use the plain loop. Install some, e.g. "
+            "`pip install hango-todo hango-repeat hango-allowlist hango-repair`.",
+            markup=False,
+        )
         return
     table = Table("slot", "name", "distribution", "version", "capabilities")
     for p in placements:
@@ -657,7 +855,7 @@ def db_current(db: str | None, as_json: bool) -> None:
 
 @main.command()
 @agent_option
-@click.option("--session", "session", help="Continue this session (a UUID) with a new message.")
+@click.option("--session", "session", help="Continue this session (its id or a unique prefix).")
 @db_option
 @json_option
 @click.argument("message")
@@ -665,12 +863,12 @@ def submit(
     agent_path: Path, session: str | None, db: str | None, as_json: bool, message: str
 ) -> None:
     """Queue a run of the agent on MESSAGE for a worker; prints the run id."""
-    session_id = _parse_uuid(session, "session") if session else None
 
     async def main_() -> RunRecord:
         agent = AgentDefinition.from_file(agent_path)
         store = await open_store(_db_url(db))
         try:
+            session_id = await _resolve(store, "session", session) if session else None
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
             return await harness.start(
                 agent, message, session_id=session_id, status=RunStatus.QUEUED

@@ -12,27 +12,33 @@ delegate once a MeterProvider is set. Without an SDK a span costs a provider che
 ``nullcontext``, and an instrument call reaches a proxy that does nothing (measured in
 ``bench/telemetry.py``).
 
-Nothing here ever receives user data: middlewares pass their name and a fixed reason, the
+By default nothing here records user data: middlewares pass their name and a fixed reason, the
 loop passes todo *statuses* only (never the content, which can be user data), and no message
-text, tool argument or tool result reaches an attribute.
+text, tool argument or tool result reaches an attribute. Only when the user turns on
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` do the ``chat``, ``execute_tool`` and
+``invoke_agent`` spans carry prompts, completions and tool calls (``hango.telemetry_content``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from hango import telemetry_content as content
+
 if TYPE_CHECKING:
-    from hango.provider.messages import Request
+    from hango.provider.messages import Message, Request, ToolUseBlock, Usage
     from hango.provider.model import ModelResponse
+    from hango.tool.base import ToolResult
 
 _NO_SPAN: Final = contextlib.nullcontext(trace.INVALID_SPAN)
 
@@ -128,6 +134,7 @@ MIDDLEWARE_NAMES: Final = "hango.middleware.names"
 REASON: Final = "hango.reason"
 TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+TOOL_TYPE: Final = "gen_ai.tool.type"
 INTERRUPT_ID: Final = "hango.interrupt.id"
 INTERRUPT_NAME: Final = "hango.interrupt.name"
 INTERRUPT_DECISION: Final = "hango.interrupt.decision"
@@ -137,11 +144,21 @@ PROVIDER_NAME: Final = "gen_ai.provider.name"
 REQUEST_MODEL: Final = "gen_ai.request.model"
 REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
 FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+RESPONSE_ID: Final = "gen_ai.response.id"
+RESPONSE_MODEL: Final = "gen_ai.response.model"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
 INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 CACHE_READ_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
 CACHE_CREATION_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
 TOKEN_TYPE: Final = "gen_ai.token.type"
+# Content, recorded only when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is on.
+INPUT_MESSAGES: Final = "gen_ai.input.messages"
+OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 TODOS_TOTAL: Final = "hango.todos.total"
 TODOS_PENDING: Final = "hango.todos.pending"
 TODOS_IN_PROGRESS: Final = "hango.todos.in_progress"
@@ -318,6 +335,66 @@ def provider_name(model: object) -> str:
     return "hango.scripted" if isinstance(model, ScriptedModel) else f"hango.{type(model).__name__}"
 
 
+def model_attributes(model: object) -> dict[str, AttributeValue]:
+    """What a span says about the model's provider: ``gen_ai.provider.name``, and
+    ``server.address`` / ``server.port`` from the model's ``base_url`` when it has one (the
+    providers' port defaults to the scheme's). Compute it once per run."""
+    out: dict[str, AttributeValue] = {PROVIDER_NAME: provider_name(model)}
+    base_url = getattr(model, "base_url", None)
+    if isinstance(base_url, str):
+        url = urlsplit(base_url)
+        if url.hostname:
+            out[SERVER_ADDRESS] = url.hostname
+            try:
+                port = url.port
+            except ValueError:
+                port = None
+            if port is None:
+                port = {"https": 443, "http": 80}.get(url.scheme)
+            if port is not None:
+                out[SERVER_PORT] = port
+    return out
+
+
+def _input_tokens(usage: Usage) -> int:
+    # gen_ai.usage.input_tokens includes cached tokens, as the GenAI conventions require;
+    # hango's Usage.input_tokens (like Anthropic's) counts only uncached ones.
+    return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+
+
+def _usage_attributes(usage: Usage) -> dict[str, AttributeValue]:
+    return {
+        INPUT_TOKENS: _input_tokens(usage),
+        OUTPUT_TOKENS: usage.output_tokens,
+        CACHE_READ_TOKENS: usage.cache_read_input_tokens,
+        CACHE_CREATION_TOKENS: usage.cache_creation_input_tokens,
+    }
+
+
+def agent_model(span: Span, model: Mapping[str, AttributeValue], request_model: str) -> None:
+    """Put the run's model on its ``invoke_agent`` span: ``model_attributes`` and
+    ``gen_ai.request.model`` (the provider's model name, as sent in requests)."""
+    if span.is_recording():
+        span.set_attributes({**model, REQUEST_MODEL: request_model})
+
+
+def agent_finished(span: Span, usage: Usage, messages: Sequence[Message]) -> None:
+    """Close the ``invoke_agent`` span's account: this execution's token usage summed over its
+    model calls (``gen_ai.usage.*``, as on ``chat``; none when a call's server reported no
+    usage, as the sum would be too low). ``messages`` are the run's own, from its prompt on;
+    with content capture on, the prompt becomes ``gen_ai.input.messages`` and a final
+    assistant message ``gen_ai.output.messages``."""
+    if not span.is_recording():
+        return
+    if usage.known:
+        span.set_attributes(_usage_attributes(usage))
+    if messages and content.capture_enabled():
+        span.set_attribute(INPUT_MESSAGES, content.input_messages(messages[:1]))
+        last = messages[-1]
+        if len(messages) > 1 and last.role == "assistant":
+            span.set_attribute(OUTPUT_MESSAGES, content.output_messages(last, "end_turn"))
+
+
 class ChatCall:
     """The CLIENT span ``chat {model}`` of one model call and its metrics; a context manager.
 
@@ -326,25 +403,32 @@ class ChatCall:
     response.
     """
 
-    __slots__ = ("_attributes", "_max_tokens", "_span_cm", "_start", "span")
+    __slots__ = ("_attributes", "_request", "_span_cm", "_start", "span")
 
-    def __init__(self, request: Request, provider: str) -> None:
+    def __init__(self, request: Request, model: Mapping[str, AttributeValue]) -> None:
         self._attributes: dict[str, AttributeValue] = {
             OPERATION_NAME: "chat",
-            PROVIDER_NAME: provider,
+            **model,
             REQUEST_MODEL: request.model,
         }
         self._span_cm = tracer.start_as_current_span(
             f"chat {request.model}", kind=SpanKind.CLIENT, attributes=self._attributes
         )
-        self._max_tokens = request.max_tokens
+        self._request = request
         self._start = 0.0
         self.span: Span = trace.INVALID_SPAN
 
     def __enter__(self) -> ChatCall:
         self.span = span = self._span_cm.__enter__()
         if span.is_recording():
-            span.set_attribute(REQUEST_MAX_TOKENS, self._max_tokens)
+            request = self._request
+            span.set_attribute(REQUEST_MAX_TOKENS, request.max_tokens)
+            if content.capture_enabled():
+                span.set_attribute(INPUT_MESSAGES, content.input_messages(request.messages))
+                if request.system:
+                    span.set_attribute(
+                        SYSTEM_INSTRUCTIONS, content.system_instructions(request.system)
+                    )
         self._start = time.perf_counter()
         return self
 
@@ -355,43 +439,98 @@ class ChatCall:
         tb: TracebackType | None,
     ) -> bool | None:
         elapsed = time.perf_counter() - self._start
+        # Metric attributes stay low-cardinality: no server.port, as the conventions advise.
+        metric_attributes = {k: v for k, v in self._attributes.items() if k != SERVER_PORT}
         if exc is None:
-            operation_duration.record(elapsed, self._attributes)
+            operation_duration.record(elapsed, metric_attributes)
         else:
             operation_duration.record(
-                elapsed, {**self._attributes, ERROR_TYPE: type(exc).__qualname__}
+                elapsed, {**metric_attributes, ERROR_TYPE: type(exc).__qualname__}
             )
         return self._span_cm.__exit__(exc_type, exc, tb)
 
     def finished(self, response: ModelResponse) -> None:
-        """Set finish reason and token usage on the span and record ``gen_ai.client.token.usage``
-        (no token counts at all when the server reported no usage).
-
-        ``gen_ai.usage.input_tokens`` includes cached tokens, as the GenAI conventions require;
-        hango's ``Usage.input_tokens`` (like Anthropic's) counts only uncached ones.
-        """
-        usage = response.usage
-        if not usage.known:  # the server reported none: record no counts rather than zeros
-            if self.span.is_recording():
-                self.span.set_attribute(FINISH_REASONS, (response.stop_reason.value,))
+        """Set finish reason, response id and model, and token usage on the span (with content
+        capture on, the completion too) and record ``gen_ai.client.token.usage``; no token
+        counts at all when the server reported no usage (rather than zeros)."""
+        span = self.span
+        known = response.usage.known
+        if span.is_recording():
+            span.set_attribute(FINISH_REASONS, (response.stop_reason.value,))
+            if known:
+                span.set_attributes(_usage_attributes(response.usage))
+            if response.id:
+                span.set_attribute(RESPONSE_ID, response.id)
+            if response.model:
+                span.set_attribute(RESPONSE_MODEL, response.model)
+            if content.capture_enabled():
+                span.set_attribute(
+                    OUTPUT_MESSAGES,
+                    content.output_messages(response.message, response.stop_reason.value),
+                )
+        if not known:
             return
-        input_tokens = (
-            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        metric_attributes = {k: v for k, v in self._attributes.items() if k != SERVER_PORT}
+        token_usage.record(
+            _input_tokens(response.usage), {**metric_attributes, TOKEN_TYPE: "input"}
         )
-        if self.span.is_recording():
-            self.span.set_attributes(
-                {
-                    FINISH_REASONS: (response.stop_reason.value,),
-                    INPUT_TOKENS: input_tokens,
-                    OUTPUT_TOKENS: usage.output_tokens,
-                    CACHE_READ_TOKENS: usage.cache_read_input_tokens,
-                    CACHE_CREATION_TOKENS: usage.cache_creation_input_tokens,
-                }
-            )
-        token_usage.record(input_tokens, {**self._attributes, TOKEN_TYPE: "input"})
-        token_usage.record(usage.output_tokens, {**self._attributes, TOKEN_TYPE: "output"})
+        token_usage.record(
+            response.usage.output_tokens, {**metric_attributes, TOKEN_TYPE: "output"}
+        )
 
 
-def chat_span(request: Request, provider: str) -> ChatCall:
-    """The ``chat`` span and metrics of one model call: ``with chat_span(req, name) as call:``."""
-    return ChatCall(request, provider)
+def chat_span(request: Request, model: Mapping[str, AttributeValue]) -> ChatCall:
+    """The ``chat`` span and metrics of one model call, ``model`` being the run's
+    ``model_attributes``: ``with chat_span(req, model) as call: ... call.finished(response)``."""
+    return ChatCall(request, model)
+
+
+class ToolCall:
+    """The span ``execute_tool {tool}`` of one tool call; a context manager whose ``finished``
+    records the result: an error result sets the span's status to ERROR with
+    ``error.type=tool_error`` (the message stays out: it can quote user data)."""
+
+    __slots__ = ("_call", "_span_cm", "span")
+
+    def __init__(self, call: ToolUseBlock) -> None:
+        self._call = call
+        self._span_cm = tracer.start_as_current_span(
+            f"execute_tool {call.name}",
+            attributes={
+                OPERATION_NAME: "execute_tool",
+                TOOL_NAME: call.name,
+                TOOL_CALL_ID: call.id,
+                # Every hango tool runs in the client, which the conventions call a function.
+                TOOL_TYPE: "function",
+            },
+        )
+        self.span: Span = trace.INVALID_SPAN
+
+    def __enter__(self) -> ToolCall:
+        self.span = span = self._span_cm.__enter__()
+        if span.is_recording() and content.capture_enabled():
+            span.set_attribute(TOOL_CALL_ARGUMENTS, content.tool_arguments(self._call.input))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return self._span_cm.__exit__(exc_type, exc, tb)
+
+    def finished(self, result: ToolResult) -> None:
+        span = self.span
+        if not span.is_recording():
+            return
+        if result.is_error:
+            span.set_attribute(ERROR_TYPE, "tool_error")
+            span.set_status(Status(StatusCode.ERROR, "tool_error"))
+        if content.capture_enabled():
+            span.set_attribute(TOOL_CALL_RESULT, result.content)
+
+
+def tool_span(call: ToolUseBlock) -> ToolCall:
+    """The ``execute_tool`` span of ``call``: ``with tool_span(call) as t: ... t.finished(r)``."""
+    return ToolCall(call)

@@ -11,7 +11,8 @@ themselves: endpoint, headers, sampler, batch and export intervals, resource):
   ``console``) or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``: trace backends such as Jaeger and
   Langfuse accept no metrics, so pointing ``OTEL_EXPORTER_OTLP_ENDPOINT`` at one must not
   produce failing metric exports.
-- ``--trace console`` prints every span, one compact block per span as it ends, on stderr.
+- ``--trace console`` prints every span, one compact block per span, on stderr once the run is
+  over (when the command flushes the provider, or at exit): never inside the streamed answer.
 
 OTLP needs the ``hango[otlp]`` extra (``opentelemetry-exporter-otlp-proto-http``), which speaks
 ``http/protobuf`` only. Telemetry never stops a run: a problem (missing extra, unsupported
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import TextIO
@@ -83,9 +85,7 @@ def build_providers(trace_to: str | None, *, err: TextIO | None = None) -> Provi
     disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
     span_processors: list[SpanProcessor] = []
     if trace_to == "console":
-        span_processors.append(
-            SimpleSpanProcessor(ConsoleSpanExporter(out=out, formatter=format_span))
-        )
+        span_processors.append(PrintAfterRun(out))
     metric_readers: list[MetricReader] = []
     if not disabled:
         for name in _exporter_names(env, "TRACES"):
@@ -112,6 +112,32 @@ def build_providers(trace_to: str | None, *, err: TextIO | None = None) -> Provi
         MeterProvider(resource=resource, metric_readers=metric_readers) if metric_readers else None
     )
     return Providers(tracer_provider, meter_provider)
+
+
+class PrintAfterRun(SpanProcessor):
+    """Keeps the spans that end and prints them (``format_span``), in the order they started,
+    when flushed or shut down: the command flushes after the run, so span lines never land
+    inside the streamed answer, and a trace reads from ``invoke_agent`` down."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._spans: list[ReadableSpan] = []
+        self._lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._lock:
+            self._spans.append(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        with self._lock:
+            spans, self._spans = self._spans, []
+        for span in sorted(spans, key=lambda s: s.start_time or 0):
+            self._out.write(format_span(span))
+        self._out.flush()
+        return True
+
+    def shutdown(self) -> None:
+        self.force_flush()
 
 
 def _exporter_names(env: Mapping[str, str], signal: str) -> list[str]:

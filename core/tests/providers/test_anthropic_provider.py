@@ -203,7 +203,12 @@ async def test_stream_events_of_a_recorded_tool_call() -> None:
         ToolInputDelta(0, ""),
         ToolInputDelta(0, '{"command": "python3 -c \\"print(2 + 2)\\""}'),
         ToolUseStop(0),
-        MessageStop(StopReason.TOOL_USE, Usage(774, 65)),
+        MessageStop(
+            StopReason.TOOL_USE,
+            Usage(774, 65),
+            response_id="msg_016qmMxFjrLSYY2paN55KqFC",
+            response_model="claude-sonnet-4-6",
+        ),
     ]
 
 

@@ -187,7 +187,12 @@ async def test_stream_events_accumulate_per_tool_call_index() -> None:
         ToolInputDelta(1, "{}"),
         ToolUseStop(0),
         ToolUseStop(1),
-        MessageStop(StopReason.TOOL_USE, Usage(364, 40)),
+        MessageStop(
+            StopReason.TOOL_USE,
+            Usage(364, 40),
+            response_id="chatcmpl-C2QD1kGWsTW5OWiqAtOSFEAOfPfQH",
+            response_model="gpt-4o-2024-08-06",
+        ),
     ]
 
 

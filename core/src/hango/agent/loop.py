@@ -271,20 +271,20 @@ async def run_loop(
     stop_reason: StopReason | None = None
     attempts = _Attempts()
 
-    provider_name = telemetry.provider_name(model)
+    model_attributes = telemetry.model_attributes(model)
 
     async def call_model(mreq: ModelRequest) -> ModelResponse:
-        req, called, provider = mreq.request, mreq.model, provider_name
+        req, called, target = mreq.request, mreq.model, model_attributes
         if called is None:
             called = model
         elif called is not model:
             # A wrapper swapped the model for this call: the request and the chat span name
             # the model actually called (its class when it has no name: never the run's).
-            provider = telemetry.provider_name(called)
+            target = telemetry.model_attributes(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
         if attempts.start():
             await emit(AttemptDiscarded(turns + 1))
-        with telemetry.chat_span(req, provider) as chat:
+        with telemetry.chat_span(req, target) as chat:
             acc = Accumulator()
             async with _closing(called.stream(req)) as stream:
                 async for event in stream:
@@ -332,14 +332,7 @@ async def run_loop(
     async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
         scope = CallScope(tools)
         undo = _Undo(state)
-        with telemetry.tracer.start_as_current_span(
-            f"execute_tool {call.name}",
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": call.name,
-                "gen_ai.tool.call.id": call.id,
-            },
-        ) as span:
+        with telemetry.tool_span(call) as span:
             try:
                 result = await chain.tool_call(
                     ToolCallRequest(call, tools.get(call.name), state, scope=scope), execute
@@ -353,8 +346,7 @@ async def run_loop(
                 # An error often quotes what failed: a key or token must not reach the
                 # history, the model or the caller.
                 result = ToolResult(redact_secrets(result.content), is_error=True)
-                if span.is_recording():
-                    span.set_attribute("error.type", "tool_error")
+            span.finished(result)
         return result
 
     async def would_pause(call: ToolUseBlock, tools: Mapping[str, Tool]) -> Interrupt | None:

@@ -171,6 +171,11 @@ class AnthropicModel:
             raise ModelSpecError(f"anthropic:{name} needs an API key: set ANTHROPIC_API_KEY")
         return cls(client, name, max_retries=max_retries)
 
+    @property
+    def base_url(self) -> str:
+        """Where calls go (``server.address`` and ``server.port`` of ``chat`` spans)."""
+        return str(self._client.base_url)
+
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Messages call as hango events; raises ``ModelError`` (see module doc)."""
         return stream_with_retries(
@@ -317,11 +322,14 @@ class _StreamMapper:
         self.stop_details: dict[str, Any] | None = None
         self.tool_blocks: set[int] = set()
         self.stopped = False
+        self.response_id: str | None = None
+        self.response_model: str | None = None
 
     def map(self, raw: sdk.RawMessageStreamEvent) -> list[StreamEvent]:
         match raw:
             case sdk.RawMessageStartEvent(message=message):
                 self.usage = _usage(message.usage, self.usage)
+                self.response_id, self.response_model = message.id, message.model
             case sdk.RawContentBlockStartEvent(index=i, content_block=block):
                 return self._start(i, block)
             case sdk.RawContentBlockDeltaEvent(index=i, delta=delta):
@@ -336,7 +344,15 @@ class _StreamMapper:
                 self.usage = _usage(usage, self.usage)
             case sdk.RawMessageStopEvent():
                 self.stopped = True
-                return [MessageStop(self.stop_reason, self.usage, self.stop_details)]
+                return [
+                    MessageStop(
+                        self.stop_reason,
+                        self.usage,
+                        self.stop_details,
+                        response_id=self.response_id,
+                        response_model=self.response_model,
+                    )
+                ]
         return []
 
     def _start(self, i: int, block: sdk.ContentBlock) -> list[StreamEvent]:

@@ -88,11 +88,15 @@ class ToolUseStop:
 class MessageStop:
     """The end of the message. ``stop_details`` is the API's structured detail of the stop when
     it sends one (Anthropic's ``stop_details`` of a refusal: ``{"type": "refusal", "category":
-    ..., "explanation": ...}``), else ``None``."""
+    ..., "explanation": ...}``), else ``None``. ``response_id`` and ``response_model`` are the
+    provider's id of the response and the model that answered, when it says
+    (``gen_ai.response.*`` on spans)."""
 
     stop_reason: StopReason
     usage: Usage
     stop_details: Mapping[str, JSON] | None = None
+    response_id: str | None = None
+    response_model: str | None = None
 
 
 @frozen

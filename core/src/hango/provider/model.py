@@ -59,13 +59,16 @@ class ModelResponse:
     """The assistant message of one model call, its stop reason and its usage.
 
     ``stop_details`` is the provider's structured detail of the stop, when it sends one: for an
-    Anthropic refusal ``{"type": "refusal", "category": ..., "explanation": ...}``.
+    Anthropic refusal ``{"type": "refusal", "category": ..., "explanation": ...}``. ``id`` and
+    ``model`` are the provider's response id and answering model, when it gave them.
     """
 
     message: Message
     stop_reason: StopReason
     usage: Usage
     stop_details: Mapping[str, JSON] | None = None
+    id: str | None = None
+    model: str | None = None
 
 
 @runtime_checkable
@@ -157,7 +160,12 @@ class Accumulator:
         blocks = tuple(part.block() for _, part in sorted(self._parts.items()))
         stop = self._stop
         return ModelResponse(
-            Message("assistant", blocks), stop.stop_reason, stop.usage, stop.stop_details
+            Message("assistant", blocks),
+            stop.stop_reason,
+            stop.usage,
+            stop.stop_details,
+            stop.response_id,
+            stop.response_model,
         )
 
 

@@ -168,6 +168,11 @@ class OpenAIChatModel:
         field: MaxTokensField = "max_completion_tokens" if base_url is None else "max_tokens"
         return cls(client, name, max_retries=max_retries, max_tokens_field=field)
 
+    @property
+    def base_url(self) -> str:
+        """Where calls go (``server.address`` and ``server.port`` of ``chat`` spans)."""
+        return str(self._client.base_url)
+
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Chat Completions call as hango events; raises ``ModelError``."""
         return stream_with_retries(
@@ -309,6 +314,8 @@ class _ChunkMapper:
         self.finish_reason: str | None = None
         self.refused = False
         self.usage: Usage | None = None  # None until a usage chunk arrives; some servers send none
+        self.response_id: str | None = None
+        self.response_model: str | None = None
 
     def _next_block(self) -> int:
         return len(self.tool_blocks) + (self.text_block is not None)
@@ -332,6 +339,9 @@ class _ChunkMapper:
         return events
 
     def map(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
+        # Every chunk repeats them; some compatible servers leave them empty.
+        self.response_id = chunk.id or self.response_id
+        self.response_model = chunk.model or self.response_model
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
         events: list[StreamEvent] = []
@@ -357,7 +367,15 @@ class _ChunkMapper:
         elif stop is StopReason.END_TURN and self.tool_blocks:
             stop = StopReason.TOOL_USE
         closing: list[StreamEvent] = [ToolUseStop(b) for b in self.tool_blocks.values()]
-        return [*closing, MessageStop(stop, self.usage or Usage.unknown())]
+        return [
+            *closing,
+            MessageStop(
+                stop,
+                self.usage or Usage.unknown(),
+                response_id=self.response_id,
+                response_model=self.response_model,
+            ),
+        ]
 
 
 def _api_message(exc: openai.APIError) -> str:

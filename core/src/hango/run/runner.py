@@ -443,6 +443,9 @@ class Harness:
                 chain = self._chain(placements)
                 span.add_event(telemetry.MIDDLEWARE_STACK, {"hango.middleware.names": chain.names})
                 model = self._model(run, agent)
+                # The provider's model name (spans, requests), not the agent's spec.
+                model_name = getattr(model, "name", agent.model_spec)
+                telemetry.agent_model(span, telemetry.model_attributes(model), model_name)
                 registry = self.tools if self.tools is not None else agent.load_tools()
                 view = registry.view(agent.tool_allowlist)
                 await checkpoint(state)
@@ -455,8 +458,7 @@ class Harness:
                     model=model,
                     view=view,
                     settings=LoopSettings(
-                        # The provider's model name (spans, requests), not the agent's spec.
-                        getattr(model, "name", agent.model_spec),
+                        model_name,
                         agent.system_blocks,
                         agent.max_turns,
                         agent.max_tokens,
@@ -494,6 +496,7 @@ class Harness:
                     outcome = await saver.finish(state, failed)
             else:
                 outcome = await saver.finish(state, outcome)
+            telemetry.agent_finished(span, outcome.usage, state.messages[run.message_start :])
             suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
                 run_id,

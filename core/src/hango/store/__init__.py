@@ -5,6 +5,7 @@ from __future__ import annotations
 from hango.config import hango_settings
 from hango.store.base import (
     AgentRecord,
+    AmbiguousId,
     Lease,
     LeaseLost,
     NotFound,
@@ -17,6 +18,7 @@ from hango.store.base import (
     StoreError,
     StoreUnavailable,
     UnstorableContent,
+    resolve_id,
 )
 from hango.store.migrate import backend_kind
 from hango.store.retry import RetryPolicy
@@ -42,6 +44,7 @@ async def open_store(url: str, *, retry: RetryPolicy | None = None) -> RunStore:
 
 __all__ = [
     "AgentRecord",
+    "AmbiguousId",
     "Lease",
     "LeaseLost",
     "NotFound",
@@ -56,4 +59,5 @@ __all__ = [
     "StoreUnavailable",
     "UnstorableContent",
     "open_store",
+    "resolve_id",
 ]

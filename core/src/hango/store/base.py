@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 from attrs import field, frozen
 
@@ -19,6 +19,9 @@ from hango.agent.events import RunStatus
 from hango.agent.storable import replace_lone_surrogates
 from hango.convert import message_from_json
 from hango.provider.messages import JSON, Message, StopReason
+
+#: What ``RunStore.ids_between`` looks up.
+IdKind: TypeAlias = Literal["run", "session"]
 
 #: Statuses a run can be resumed from.
 RESUMABLE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED})
@@ -36,6 +39,10 @@ class StaleVersion(StoreError):
     """A save carried a version older than the run's: another writer saved in between.
 
     Nothing was written."""
+
+
+class AmbiguousId(StoreError):
+    """An id prefix matches more than one run or session (the message lists them)."""
 
 
 class SessionBusy(StoreError):
@@ -190,6 +197,20 @@ class RunStore(Protocol):
         """Newest first."""
         ...
 
+    async def ids_between(
+        self,
+        tenant_id: uuid.UUID,
+        kind: IdKind,
+        low: uuid.UUID,
+        high: uuid.UUID,
+        *,
+        limit: int = 10,
+    ) -> list[uuid.UUID]:
+        """The tenant's run ids (``kind="run"``) or session ids (``"session"``) from ``low`` to
+        ``high`` inclusive, in id order, at most ``limit``: what an id prefix matches (see
+        ``resolve_id``), looked up through the primary key."""
+        ...
+
     async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
         """The session's history in order. Raises ``StoreError`` naming the row of a message
         that does not decode."""
@@ -331,3 +352,53 @@ def storable_text(text: str) -> str:
     """``text`` (a run's error message) with what no text column can hold replaced by U+FFFD:
     NUL characters (PostgreSQL) and lone surrogates (any UTF-8 driver)."""
     return replace_lone_surrogates(text.replace("\x00", "\ufffd"))
+
+
+#: The shortest id prefix ``resolve_id`` accepts, as git does for object names.
+MIN_PREFIX = 4
+
+
+def prefix_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The smallest and the largest UUID whose text starts with ``prefix`` (case-insensitive;
+    dashes may be left out). Raises ``ValueError`` for a character that is not a hex digit or
+    a dash in its place, or more than 32 digits."""
+    text = prefix.strip().lower()
+    digits = text.replace("-", "")
+    canonical = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+    dashes_fit = all(canonical[i] == "-" for i, c in enumerate(text) if c == "-")
+    if (
+        not digits
+        or len(digits) > 32
+        or len(text) > len(canonical)
+        or not dashes_fit
+        or any(c not in "0123456789abcdef" for c in digits)
+    ):
+        raise ValueError(f"{prefix!r} is not a UUID or the start of one")
+    pad = 32 - len(digits)
+    return uuid.UUID(digits + "0" * pad), uuid.UUID(digits + "f" * pad)
+
+
+async def resolve_id(store: RunStore, tenant_id: uuid.UUID, kind: IdKind, text: str) -> uuid.UUID:
+    """The run or session id that ``text`` names: a whole UUID, or a prefix of at least
+    ``MIN_PREFIX`` characters that starts exactly one of the tenant's ids (as git takes object
+    names). Raises ``ValueError`` for text that is neither, ``NotFound`` when no id starts
+    with it, ``AmbiguousId`` (listing the candidates) when several do."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        pass
+    try:
+        low, high = prefix_range(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a {kind} id (a UUID or its first characters)") from None
+    if len(text.replace("-", "")) < MIN_PREFIX:
+        raise ValueError(
+            f"{text!r} is too short for a {kind} id: give at least {MIN_PREFIX} characters"
+        )
+    found = await store.ids_between(tenant_id, kind, low, high, limit=6)
+    if not found:
+        raise NotFound(f"no {kind} id starts with {text!r}")
+    if len(found) > 1:
+        shown = ", ".join(str(i) for i in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise AmbiguousId(f"{kind} id prefix {text!r} is ambiguous: {shown}")
+    return found[0]

@@ -38,6 +38,7 @@ from hango.provider.messages import Message, StopReason
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
+    IdKind,
     Lease,
     LeaseLost,
     NotFound,
@@ -389,6 +390,24 @@ class PostgresRunStore:
                 return await cur.fetchall()
 
         return [_run(r) for r in await self._retried("listing runs", attempt)]
+
+    async def ids_between(
+        self,
+        tenant_id: uuid.UUID,
+        kind: IdKind,
+        low: uuid.UUID,
+        high: uuid.UUID,
+        *,
+        limit: int = 10,
+    ) -> list[uuid.UUID]:
+        table = {"run": "runs", "session": "sessions"}[kind]
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                f"SELECT id FROM {table} WHERE tenant_id = %s AND id BETWEEN %s AND %s "
+                "ORDER BY id LIMIT %s",
+                (tenant_id, low, high, limit),
+            )
+            return [r["id"] for r in await cur.fetchall()]
 
     async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
         async def attempt(_: int) -> list[DictRow]:

@@ -29,6 +29,7 @@ from hango.redact import redact_url
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
+    IdKind,
     Lease,
     LeaseLost,
     NotFound,
@@ -300,6 +301,27 @@ class SqliteRunStore:
 
         def fetch() -> list[RunRecord]:
             return [_run(r) for r in self._conn.execute(sql, args).fetchall()]
+
+        return await self._call(fetch)
+
+    async def ids_between(
+        self,
+        tenant_id: uuid.UUID,
+        kind: IdKind,
+        low: uuid.UUID,
+        high: uuid.UUID,
+        *,
+        limit: int = 10,
+    ) -> list[uuid.UUID]:
+        table = {"run": "runs", "session": "sessions"}[kind]
+        # Ids are stored as canonical lowercase text, which sorts as the UUIDs do.
+        sql = (
+            f"SELECT id FROM {table} WHERE tenant_id = ? AND id BETWEEN ? AND ? ORDER BY id LIMIT ?"
+        )
+
+        def fetch() -> list[uuid.UUID]:
+            rows = self._conn.execute(sql, (str(tenant_id), str(low), str(high), limit))
+            return [uuid.UUID(r["id"]) for r in rows.fetchall()]
 
         return await self._call(fetch)
 

@@ -48,8 +48,8 @@ class RepeatCallMiddleware:
             raise ValueError(f"threshold must be at least 2, got {threshold}")
         self.threshold = threshold
 
-    def _count(self, state: State, key: str) -> None:
-        seen, _ = load_private(state, self.name, RepeatCounts)
+    def _count(self, state: State, seen: RepeatCounts, key: str) -> None:
+        # ``seen`` as loaded for this call: loading again would report state_missing twice.
         seen.counts[key] = seen.counts.get(key, 0) + 1
         store_private(state, self.name, seen)
 
@@ -62,9 +62,9 @@ class RepeatCallMiddleware:
             result = await next(req)
             # Counted once it has a result: a call cut short by a cancel gave the model
             # nothing to reuse, so calling it again after a resume is not a repeat.
-            self._count(req.state, key)
+            self._count(req.state, seen, key)
             return result
-        self._count(req.state, key)
+        self._count(req.state, seen, key)
         telemetry.record(
             telemetry.REPEAT_CALL_BLOCKED,
             middleware=self.name,
