@@ -187,6 +187,33 @@ def test_bad_script_is_one_clear_line(tmp_path: Path, script: str, expected: str
     assert json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout) == []
 
 
+def test_a_lone_surrogate_in_a_tool_result_is_printed_not_fatal(tmp_path: Path) -> None:
+    # A file name read with surrogateescape carries lone surrogates; the terminal cannot
+    # encode them, and printing the result must not fail the run that stored it fine.
+    (tmp_path / "odd.py").write_text(
+        "from hango import tool\n\n@tool\ndef odd() -> str:\n"
+        '    """A name that is not UTF-8."""\n    return "x\\udcffy"\n\nTOOLS = [odd]\n'
+    )
+    agent = write_agent(
+        tmp_path,
+        '[[turns]]\ntext = "look"\n[[turns.tool_calls]]\nname = "odd"\ninput = {}\n'
+        '[[turns]]\ntext = "done"\n',
+        extra='tools = ["odd:TOOLS"]\n',
+    )
+    env = os.environ | {
+        "HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}",
+        "NO_COLOR": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "hango", "run", "--agent", str(agent), "hi"],
+        cwd=tmp_path, env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    stdout = out.stdout.decode("utf-8")
+    assert out.returncode == 0, out.stderr.decode("utf-8", "replace")
+    assert "← x\ufffdy" in stdout and "completed" in stdout
+
+
 def test_unknown_run_id(tmp_path: Path) -> None:
     out = hango("runs", "show", "00000000-0000-0000-0000-0000000000aa", cwd=tmp_path)
     assert out.returncode == 2 and "not found" in out.stderr
@@ -379,6 +406,20 @@ def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
     assert json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)[0]["status"] == (
         "completed"
     )
+
+
+def test_a_final_message_no_model_streamed_is_printed(tmp_path: Path) -> None:
+    # hango-limits ends the run with its own message, made without a model call: nothing is
+    # streamed, and the terminal must still show why the run stopped.
+    agent = write_agent(
+        tmp_path,
+        '[[turns]]\ntext = "one"\n[[turns.tool_calls]]\nname = "write_todos"\n'
+        'input = { todos = [] }\n[[turns]]\ntext = "two"\n',
+        extra="[options.limits]\nrun = { model_calls = 1 }\n",
+    )
+    out = hango("run", "--agent", str(agent), "hi", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "the limit of 1 model call per run was reached" in out.stdout
 
 
 def test_terminal_run_renders_markdown_a_live_plan_and_spans_after_the_answer(

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import hango
 from conftest import Install
 from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
-from hango.agent.stack import discover
+from hango.agent.stack import check_options, discover
 from hango.cli import main
 from hango.plugins import PluginWarning
 
@@ -78,6 +78,19 @@ def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
     install("hango-typo", "typo", "x", body=body)
     with pytest.raises(PluginError, match="typo"):
         make_plugin_manager(env={})
+
+
+def test_an_options_schema_that_is_not_json_schema_names_its_plugin(install: Install) -> None:
+    body = (
+        "import hango\n\n@hango.hookimpl\ndef hango_options_schema():\n"
+        '    return {"sloppy": {"type": "nonsense"}}\n'
+    )
+    install("hango-sloppy", "sloppy", "x", body=body)
+    with pytest.raises(PluginError) as info:
+        check_options({"sloppy": {"a": 1}}, make_plugin_manager(env={}), source="a.toml")
+    message = str(info.value)
+    assert "[options.sloppy]" in message and "hango-sloppy" in message
+    assert "'nonsense'" in message
 
 
 def test_names_of_a_plugins_own_are_available_to_agents_not_placed(install: Install) -> None:

@@ -149,3 +149,27 @@ def test_queue_leaves_the_decided_run_to_a_worker(folder: Path) -> None:
     assert shown["status"] == "queued"
     assert [p["decision"]["type"] for p in shown["pending"]] == ["reject", "respond"]
     assert executions(folder) == []
+
+
+def test_a_decision_for_a_run_this_process_cannot_continue_is_refused_unrecorded(
+    folder: Path,
+) -> None:
+    ran = hango(folder, "run", "--agent", "agent.toml", "ship it")
+    run_id = ran.stdout.splitlines()[0].split()[-1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    env |= {"HANGO_DATABASE_URL": f"sqlite:///{folder / 'hango.db'}", "COLUMNS": "200"}
+    # As if hango-todo (in the run's recorded stack) were not installed here.
+    refused = subprocess.run(
+        [sys.executable, "-m", "hango", "resume", run_id, "--approve", "call_a",
+         "--approve", "call_b"],
+        cwd=folder, env=env | {"HANGO_DISABLE_PLUGINS": "todo"}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "hango-todo" in refused.stderr and "not installed here" in refused.stderr
+    shown = json.loads(hango(folder, "runs", "show", "--json", run_id).stdout)
+    assert shown["status"] == "suspended"  # not left "running" with nobody running it
+    assert [p["decision"] for p in shown["pending"]] == [None, None]
+    done = hango(folder, "resume", run_id, "--approve", "call_a", "--approve", "call_b")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert executions(folder) == ["deploy prod", "deploy eu"]

@@ -37,6 +37,7 @@ from hango.agent.events import (
     ToolCallStarted,
 )
 from hango.agent.state import Todo
+from hango.agent.storable import replace_lone_surrogates
 from hango.provider.events import ProviderRetry, TextDelta
 from hango.provider.messages import ToolUseBlock, Usage
 
@@ -56,8 +57,9 @@ SHOW_TEXT_CHARS = 20_000
 
 def clip_line(text: str, width: int = 200) -> str:
     """``text`` on one line (whitespace collapsed), at most ``width`` characters. Only the
-    start of ``text`` is looked at, so a result of megabytes costs what a short one does."""
-    line = " ".join(text[: width * 4].split())
+    start of ``text`` is looked at, so a result of megabytes costs what a short one does. Lone
+    surrogates become U+FFFD: a terminal cannot encode them, and printing must not fail a run."""
+    line = replace_lone_surrogates(" ".join(text[: width * 4].split()))
     return line if len(line) <= width and len(text) <= width * 4 else line[: width - 1] + "…"
 
 
@@ -71,7 +73,7 @@ def clip_text(text: str, limit: int = SHOW_TEXT_CHARS) -> str:
 def first_lines(text: str, limit: int = RESULT_LINES, width: int = 200) -> list[str]:
     """The first ``limit`` non-blank lines of ``text``, each clipped to ``width``; when lines
     are left out, a last line says how many (``… 12 more lines``)."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    lines = [replace_lone_surrogates(line.rstrip()) for line in text.splitlines() if line.strip()]
     shown = [line if len(line) <= width else line[: width - 1] + "…" for line in lines[:limit]]
     if len(lines) > limit:
         rest = len(lines) - limit
@@ -86,7 +88,7 @@ def checklist(todos: Sequence[Todo]) -> Text:
     out.append(f"Plan ({done}/{len(todos)} done)", style="bold")
     for t in todos:
         mark, style = _MARKS[t.status]
-        out.append(f"\n  {mark} {t.content}", style=style)
+        out.append(f"\n  {mark} {replace_lone_surrogates(t.content)}", style=style)
     return out
 
 
@@ -290,6 +292,7 @@ class Renderer:
                 verb = "resuming" if resumed else "run"
                 self._print(Text(f"{verb} {run_id}", style="dim"))
             case TextDelta(text=text):
+                text = replace_lone_surrogates(text)
                 if self._live is not None:
                     self._text += text
                     self._refresh(draw=False)
@@ -308,6 +311,9 @@ class Renderer:
             case ProviderRetry():
                 self.note(retry_line(event))
             case MessageCompleted(message=message):
+                if not self._text and message.text:
+                    # A message no model streamed (a middleware's own answer, e.g. a limit's).
+                    await self.event(TextDelta(0, message.text))
                 if not message.tool_uses and self._live is not None:
                     # The answer: the plan goes above it, so the answer is what is read last.
                     self._show_plan()

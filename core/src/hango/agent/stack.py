@@ -291,7 +291,7 @@ def check_options(
 
     Raises ``ConfigError`` naming ``source``, the table and the field: a table for a middleware
     that declares no options (or that no installed plugin provides), or a value the schema
-    refuses.
+    refuses; ``PluginError`` naming the plugin when its schema is not valid JSON Schema.
     """
     if not options:
         return
@@ -305,6 +305,14 @@ def check_options(
             )
         schema, plugin = schemas[name]
         validator_cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+        try:
+            validator_cls.check_schema(schema)
+        except jsonschema.exceptions.SchemaError as e:
+            # The plugin's fault, not the agent file's: name the plugin, not a field.
+            raise PluginError(
+                f"{source}: [options.{name}] cannot be checked: {plugin} declares a schema "
+                f"that is not JSON Schema: {e.message}"
+            ) from None
         error = jsonschema.exceptions.best_match(validator_cls(schema).iter_errors(table))
         if error is not None:
             # absolute_path: inside an anyOf, ``path`` is relative to the branch that failed.

@@ -249,6 +249,28 @@ class Harness:
             stack.append(placement)
         return stack
 
+    async def _continuable(
+        self, run: RunRecord, agent: AgentDefinition | None
+    ) -> tuple[AgentDefinition, list[Placement]]:
+        """The agent and exactly the recorded stack to continue ``run`` with here. Raises
+        ``RunNotResumable`` naming what this process lacks, writing nothing."""
+        agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
+        stored = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
+        agent = agent or self._live.get(run.id)
+        if agent is None:
+            if not stored.portable:
+                raise RunNotResumable(
+                    f"run {run.id} was started with Python objects "
+                    f"({', '.join(stored.in_process_parts())}); only the process holding them "
+                    "can continue it (Harness.execute(run_id, agent=...))"
+                )
+            agent = stored
+        elif agent.name != stored.name:
+            raise RunNotResumable(
+                f"run {run.id} belongs to agent {stored.name!r}, not {agent.name!r}"
+            )
+        return agent, self._rebuild(run, agent)
+
     def _chain(self, placements: Sequence[Placement]) -> Chain:
         # Origins name a failing middleware's distribution in its MiddlewareError.
         return Chain.build(
@@ -280,7 +302,12 @@ class Harness:
         return await self.execute(run.id, emit=emit)
 
     async def decide(
-        self, run_id: uuid.UUID, decisions: Mapping[str, Decision], *, queue: bool = True
+        self,
+        run_id: uuid.UUID,
+        decisions: Mapping[str, Decision],
+        *,
+        queue: bool = True,
+        agent: AgentDefinition | None = None,
     ) -> Decided:
         """Record a person's ``decisions`` (tool call id -> ``Decision``) for the suspended run
         ``run_id``, each bound to its pending action (run, call id, argument digest).
@@ -289,8 +316,13 @@ class Harness:
         worker continues it) or left ``running`` for this process to ``execute``. Sending a
         decision already recorded is a no-op. Raises ``NotFound``, ``StateError`` and
         ``DecisionRefused`` (a call with no pending action, already decided otherwise, a
-        decision type not allowed, arguments that changed), writing nothing.
+        decision type not allowed, arguments that changed), and, with ``queue=False``,
+        ``RunNotResumable`` when this process cannot continue the run (``execute``'s reasons;
+        ``agent`` as there), writing nothing.
         """
+        if not queue:
+            # Else the run would be left ``running`` with nobody to run it.
+            await self._continuable(await self.store.get_run(self.tenant_id, run_id), agent)
         ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
         return await decide_run(self.store, self.tenant_id, run_id, decisions, ready=ready)
 
@@ -309,7 +341,7 @@ class Harness:
         the run has finished, returns how it finished. Raises as ``decide`` and ``execute``.
         """
         if decisions:
-            done = await self.decide(run_id, decisions, queue=False)
+            done = await self.decide(run_id, decisions, queue=False, agent=agent)
             run = done.run
             if done.waiting:
                 return _finished(run, RunStatus.SUSPENDED, done.waiting)
@@ -372,22 +404,7 @@ class Harness:
         # Not ``version > 0``: a worker's claim increments the version before the run has
         # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
         resumed = run.state != {}
-        agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
-        stored = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
-        agent = agent or self._live.get(run_id)
-        if agent is None:
-            if not stored.portable:
-                raise RunNotResumable(
-                    f"run {run_id} was started with Python objects "
-                    f"({', '.join(stored.in_process_parts())}); only the process holding them "
-                    "can continue it (Harness.execute(run_id, agent=...))"
-                )
-            agent = stored
-        elif agent.name != stored.name:
-            raise RunNotResumable(
-                f"run {run_id} belongs to agent {stored.name!r}, not {agent.name!r}"
-            )
-        placements = self._rebuild(run, agent)
+        agent, placements = await self._continuable(run, agent)
         saver = _Saver(self.store, run, lease)
         previous = None if resumed else await _previous_state(self.store, run)
         try:
