@@ -238,7 +238,8 @@ async def wait_until(
             # One query per look (the tenant holds only this test's runs).
             by_id = {r.id: r for r in await store.list_runs(tenant, limit=len(ids) + 1)}
             runs = [by_id[i] for i in ids]
-            if all(r.status in FINISHED for r in runs):
+            # Finished and released: a worker saves a run's end, then gives up its lease.
+            if all(r.status in FINISHED and r.lease_owner is None for r in runs):
                 return runs
             await anyio.sleep(0.2)
 

@@ -63,7 +63,10 @@ async def wait_for(
 ) -> None:
     with anyio.fail_after(30):
         while True:
-            if (await store.get_run(tenant, run_id)).status is status:
+            run = await store.get_run(tenant, run_id)
+            # At rest and released: a worker saves the run, then gives up its lease (a lease
+            # never given up times this out, so the release is still checked).
+            if run.status is status and run.lease_owner is None:
                 return
             await anyio.sleep(0.05)
 
