@@ -55,13 +55,17 @@ from hango.config import ConfigError
 from hango.hookspecs import hookimpl
 from hango.plugins import PluginError, make_plugin_manager
 from hango.provider import (
+    JSON,
+    Block,
     Message,
     Model,
     ModelError,
     ModelResponse,
+    ModelSpecError,
     ProviderRetry,
     Request,
     ScriptedModel,
+    ScriptError,
     ServerBlock,
     StopReason,
     TextBlock,
@@ -72,6 +76,7 @@ from hango.provider import (
     ToolSpec,
     ToolUseBlock,
     Usage,
+    model_from_spec,
 )
 from hango.run import Decided, Harness, RunNotResumable
 from hango.store import RunStore, open_store
@@ -81,10 +86,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AGENT_SLOT",
+    "JSON",
     "STACK_ORDER",
     "AgentDefinition",
     "AgentFileError",
     "AttemptDiscarded",
+    "Block",
     "Chain",
     "ConfigError",
     "Decided",
@@ -105,6 +112,7 @@ __all__ = [
     "ModelHandler",
     "ModelRequest",
     "ModelResponse",
+    "ModelSpecError",
     "ModelWrapper",
     "PendingAction",
     "PluginError",
@@ -117,6 +125,7 @@ __all__ = [
     "RunStarted",
     "RunStatus",
     "RunStore",
+    "ScriptError",
     "ScriptedModel",
     "ServerBlock",
     "StackConfig",
@@ -154,6 +163,7 @@ __all__ = [
     "load_private",
     "load_state",
     "make_plugin_manager",
+    "model_from_spec",
     "open_store",
     "resolve_stack",
     "run_loop",

@@ -6,13 +6,13 @@ Installed through the ``hango`` entry point ``allowlist``. The policy is the age
 
 from __future__ import annotations
 
-import hango
+from hango.middleware import StackConfig, hookimpl
 from hango_allowlist.middleware import ToolAllowlistMiddleware
 
 __all__ = ["ToolAllowlistMiddleware", "hango_middleware"]
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> ToolAllowlistMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> ToolAllowlistMiddleware:
     """The allowlist middleware for ``config.tool_allowlist`` (None = pass-through)."""
     return ToolAllowlistMiddleware(config.tool_allowlist)

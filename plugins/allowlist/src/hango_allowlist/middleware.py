@@ -17,15 +17,16 @@ from collections.abc import Set
 
 import attrs
 
-from hango import (
+from hango import ModelResponse, ToolResult, error_result
+from hango.middleware import (
+    REQUEST_REWRITTEN,
+    SHORT_CIRCUITED,
+    TOOL_NAME,
     ModelHandler,
     ModelRequest,
-    ModelResponse,
     ToolCallRequest,
     ToolHandler,
-    ToolResult,
-    error_result,
-    telemetry,
+    record,
 )
 
 
@@ -45,8 +46,8 @@ class ToolAllowlistMiddleware:
         kept = tuple(spec for spec in tools if spec.name in allowed)
         if len(kept) == len(tools):
             return await next(req)
-        telemetry.record(
-            telemetry.REQUEST_REWRITTEN,
+        record(
+            REQUEST_REWRITTEN,
             middleware=self.name,
             reason="tools outside the allowlist removed",
         )
@@ -64,11 +65,11 @@ class ToolAllowlistMiddleware:
         banned = [n for n in names if n not in allowed]
         if not banned:
             return await next(req)
-        telemetry.record(
-            telemetry.SHORT_CIRCUITED,
+        record(
+            SHORT_CIRCUITED,
             middleware=self.name,
             reason="tool not allowed",
-            attributes={telemetry.TOOL_NAME: banned[0]},
+            attributes={TOOL_NAME: banned[0]},
         )
         return error_result(
             "Refused: tool %r is not allowed for this agent. Use one of: %s.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import hango
+from hango.middleware import StackConfig, hookimpl
 from hango_approval.middleware import MAX_EDITS, HumanInTheLoopMiddleware
 from hango_approval.policy import OPTIONS_SCHEMA, ToolPolicy, policies
 
@@ -25,14 +25,14 @@ __all__ = [
 ]
 
 
-@hango.hookimpl
+@hookimpl
 def hango_options_schema() -> dict[str, Mapping[str, Any]]:
     """The schema of ``[options.human_in_the_loop]``: ``interrupt_on`` and ``when``."""
     return {HumanInTheLoopMiddleware.name: OPTIONS_SCHEMA}
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> HumanInTheLoopMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> HumanInTheLoopMiddleware:
     """The approval middleware for the agent's ``[options.human_in_the_loop]`` table; raises
     ``ConfigError`` naming the agent and the entry for a ``when`` on an ungated tool."""
     name = HumanInTheLoopMiddleware.name

@@ -24,13 +24,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from hango import (
+from hango import ToolResult, ToolUseBlock, error_result
+from hango.middleware import (
+    REQUEST_REWRITTEN,
+    SHORT_CIRCUITED,
+    TOOL_NAME,
     ToolCallRequest,
     ToolHandler,
-    ToolResult,
-    ToolUseBlock,
-    error_result,
-    telemetry,
+    record,
 )
 from hango_approval.policy import Predicate, ToolPolicy, load_predicate, policies
 
@@ -92,17 +93,17 @@ class HumanInTheLoopMiddleware:
             if decision.type == "approve":
                 break
             if decision.type in ("reject", "respond"):
-                telemetry.record(
-                    telemetry.SHORT_CIRCUITED,
+                record(
+                    SHORT_CIRCUITED,
                     middleware=self.name,
                     reason=f"{decision.type}ed by a person",
-                    attributes={telemetry.TOOL_NAME: call.name},
+                    attributes={TOOL_NAME: call.name},
                 )
                 if decision.type == "respond":
                     return ToolResult(decision.message or "")
                 return error_result("%s The call did not run.", _rejected(decision.message))
             edited = decision.edited_call(call)
-            telemetry.record(telemetry.REQUEST_REWRITTEN, middleware=self.name, reason="edited")
+            record(REQUEST_REWRITTEN, middleware=self.name, reason="edited")
             if edited.name == call.name:
                 call = edited  # the person wrote these arguments: that is their approval
                 break

@@ -19,8 +19,7 @@ from typing import Any, Final
 
 from attrs import frozen
 
-from hango import ConfigError
-from hango.agent.interrupt import DECISIONS, DecisionType
+from hango.middleware import DECISIONS, ConfigError, DecisionType
 
 Predicate = Callable[[dict[str, Any]], bool]
 

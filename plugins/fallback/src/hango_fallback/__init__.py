@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import hango
-from hango.provider.scripted import ScriptError
-from hango.provider.select import ModelSpecError, model_from_spec
+from hango import ModelSpecError, ScriptError, model_from_spec
+from hango.middleware import ConfigError, StackConfig, hookimpl
 from hango_fallback.middleware import ModelFallbackMiddleware, model_name
 
 __all__ = [
@@ -49,12 +48,12 @@ OPTIONS_SCHEMA: Final[dict[str, Any]] = {
 }
 
 
-@hango.hookimpl
+@hookimpl
 def hango_options_schema() -> dict[str, Any]:
     return {ModelFallbackMiddleware.name: OPTIONS_SCHEMA}
 
 
-def _specs(config: hango.StackConfig) -> tuple[Sequence[str], str]:
+def _specs(config: StackConfig) -> tuple[Sequence[str], str]:
     """The specs and where they came from (the agent file wins over the variable)."""
     table = config.options(ModelFallbackMiddleware.name)
     if "models" in table:
@@ -63,11 +62,11 @@ def _specs(config: hango.StackConfig) -> tuple[Sequence[str], str]:
     return [spec.strip() for spec in raw.split(",") if spec.strip()], MODELS_VARIABLE
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> ModelFallbackMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> ModelFallbackMiddleware:
     """The fallback middleware with its models built once, here.
 
-    Raises ``hango.ConfigError`` naming the agent's field or the variable, and the entry, when
+    Raises ``ConfigError`` naming the agent's field or the variable, and the entry, when
     a spec names no provider or its provider cannot be set up (a missing API key, a missing
     script), so the mistake shows before a run is recorded.
     """
@@ -81,5 +80,5 @@ def hango_middleware(config: hango.StackConfig) -> ModelFallbackMiddleware:
         try:
             models.append((spec, model_from_spec(spec, base_dir=base_dir)))
         except (ModelSpecError, ScriptError) as exc:
-            raise hango.ConfigError(f"{where}[{i}]: {exc}") from None
+            raise ConfigError(f"{where}[{i}]: {exc}") from None
     return ModelFallbackMiddleware(models)

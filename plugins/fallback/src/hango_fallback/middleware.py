@@ -22,7 +22,16 @@ from collections.abc import Sequence
 import attrs
 from opentelemetry.util.types import AttributeValue
 
-from hango import Model, ModelError, ModelHandler, ModelRequest, ModelResponse, telemetry
+from hango import Model, ModelError, ModelResponse
+from hango.middleware import (
+    PROVIDER_NAME,
+    REQUEST_MODEL,
+    RETRIED,
+    ModelHandler,
+    ModelRequest,
+    provider_name,
+    record,
+)
 
 #: ``http.response.status_code`` of the failure that caused a switch, when it had one.
 STATUS_CODE = "http.response.status_code"
@@ -75,13 +84,13 @@ class ModelFallbackMiddleware:
 
     def _record_switch(self, model: Model, cause: ModelError) -> None:
         attributes: dict[str, AttributeValue] = {
-            telemetry.REQUEST_MODEL: model_name(model),
-            telemetry.PROVIDER_NAME: telemetry.provider_name(model),
+            REQUEST_MODEL: model_name(model),
+            PROVIDER_NAME: provider_name(model),
         }
         if cause.status is not None:
             attributes[STATUS_CODE] = cause.status
-        telemetry.record(
-            telemetry.RETRIED,
+        record(
+            RETRIED,
             middleware=self.name,
             reason="provider failed, next model",
             attributes=attributes,

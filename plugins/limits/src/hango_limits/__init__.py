@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import hango
+from hango.middleware import StackConfig, hookimpl
 from hango_limits.middleware import (
     LIMIT_ATTRIBUTE,
     Counts,
@@ -35,16 +35,16 @@ __all__ = [
 ]
 
 
-@hango.hookimpl
+@hookimpl
 def hango_options_schema() -> Mapping[str, Mapping[str, Any]]:
     """The schema of ``[options.limits]``."""
     return {LimitsMiddleware.name: OPTIONS_SCHEMA}
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> LimitsMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> LimitsMiddleware:
     """The limits middleware for the agent's ``[options.limits]`` over the ``HANGO_LIMITS_*``
-    defaults; raises ``hango.ConfigError`` naming the variable when one is invalid."""
+    defaults; raises ``ConfigError`` naming the variable when one is invalid."""
     return LimitsMiddleware(
         LimitPolicy.from_options(config.options(LimitsMiddleware.name), config.settings)
     )

@@ -31,23 +31,20 @@ from typing import Final
 import attrs
 from attrs import define, field
 
-from hango import (
+from hango import Message, ModelResponse, StopReason, TextBlock, ToolResult, Usage, error_result
+from hango.middleware import (
+    REQUEST_REWRITTEN,
+    SHORT_CIRCUITED,
+    TOOL_NAME,
     Decision,
-    Message,
     ModelHandler,
     ModelRequest,
-    ModelResponse,
     State,
-    StopReason,
-    TextBlock,
     ToolCallRequest,
     ToolHandler,
-    ToolResult,
-    Usage,
-    error_result,
     load_private,
+    record,
     store_private,
-    telemetry,
 )
 from hango_limits.policy import MODEL_COUNTERS, Limit, LimitPolicy, OnLimit
 
@@ -176,9 +173,7 @@ class LimitsMiddleware:
         if counts.ending is not None:
             reason, counts.ending = counts.ending, None
             store_private(req.state, self.name, counts)
-            telemetry.record(
-                telemetry.SHORT_CIRCUITED, middleware=self.name, reason="run ended at a limit"
-            )
+            record(SHORT_CIRCUITED, middleware=self.name, reason="run ended at a limit")
             return _final_message(reason)
         reached = _reached(self._model_limits, counts)
         if reached:
@@ -206,9 +201,7 @@ class LimitsMiddleware:
         room = min(lim.maximum - counts.scope(lim).used(lim) for lim in self._output_limits)
         if room >= req.request.max_tokens:
             return req
-        telemetry.record(
-            telemetry.REQUEST_REWRITTEN, middleware=self.name, reason="max_tokens capped"
-        )
+        record(REQUEST_REWRITTEN, middleware=self.name, reason="max_tokens capped")
         return attrs.evolve(req, request=attrs.evolve(req.request, max_tokens=room))
 
     # -- tool calls ------------------------------------------------------------------------
@@ -315,9 +308,9 @@ def _final_message(reason: str) -> ModelResponse:
 def _record(limit: Limit, *, tool: str | None = None) -> None:
     attributes: dict[str, str] = {LIMIT_ATTRIBUTE: limit.key}
     if tool is not None:
-        attributes[telemetry.TOOL_NAME] = tool
-    telemetry.record(
-        telemetry.SHORT_CIRCUITED,
+        attributes[TOOL_NAME] = tool
+    record(
+        SHORT_CIRCUITED,
         middleware=LimitsMiddleware.name,
         reason="limit reached",
         attributes=attributes,

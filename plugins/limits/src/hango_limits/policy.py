@@ -13,8 +13,7 @@ from typing import Any, Final, Literal
 
 from attrs import frozen
 
-from hango import ConfigError
-from hango.config import int_setting
+from hango.middleware import ConfigError, int_setting
 
 Scope = Literal["run", "session"]
 #: ``continue``: the blocked tool call gets an error result the model reads, the run goes on.

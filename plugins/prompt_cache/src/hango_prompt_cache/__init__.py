@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import hango
+from hango.middleware import ConfigError, StackConfig, hookimpl
 from hango_prompt_cache.breakpoints import TTLS, marker, place_breakpoints
 from hango_prompt_cache.middleware import (
     CACHE_BUST,
@@ -70,12 +70,12 @@ VARIABLES: Final = {
 }
 
 
-@hango.hookimpl
+@hookimpl
 def hango_options_schema() -> dict[str, Any]:
     return {PromptCacheMiddleware.name: OPTIONS_SCHEMA}
 
 
-def _settings(config: hango.StackConfig) -> tuple[dict[str, Any], dict[str, str]]:
+def _settings(config: StackConfig) -> tuple[dict[str, Any], dict[str, str]]:
     """Each key's value and where it came from: the agent file's table, else the variable."""
     table: Mapping[str, Any] = config.options(PromptCacheMiddleware.name)
     values: dict[str, Any] = {}
@@ -93,18 +93,18 @@ def _settings(config: hango.StackConfig) -> tuple[dict[str, Any], dict[str, str]
             try:
                 values[key] = float(raw)
             except ValueError:
-                raise hango.ConfigError(f"{variable} must be a number, got {raw!r}") from None
+                raise ConfigError(f"{variable} must be a number, got {raw!r}") from None
         elif raw not in TTLS:
-            raise hango.ConfigError(f"{variable} must be one of {', '.join(TTLS)}, got {raw!r}")
+            raise ConfigError(f"{variable} must be one of {', '.join(TTLS)}, got {raw!r}")
         else:
             values[key] = raw
     return values, origin
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> PromptCacheMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> PromptCacheMiddleware:
     """The prompt-cache middleware for the agent's table over the ``HANGO_PROMPT_CACHE_*``
-    defaults. Raises ``hango.ConfigError`` naming the variable or field at fault."""
+    defaults. Raises ``ConfigError`` naming the variable or field at fault."""
     values, origin = _settings(config)
     try:
         return PromptCacheMiddleware(**values)
@@ -113,4 +113,4 @@ def hango_middleware(config: hango.StackConfig) -> PromptCacheMiddleware:
         # A table belongs to the agent, the variables to the deployment.
         agent = any(where.startswith("[") for where in origin.values())
         prefix = f"{config.source}: " if agent else ""
-        raise hango.ConfigError(f"{prefix}prompt_cache: {exc} ({fields})") from None
+        raise ConfigError(f"{prefix}prompt_cache: {exc} ({fields})") from None

@@ -25,8 +25,7 @@ from typing import Final, TypeVar
 
 import attrs
 
-from hango import Message, Request, TextBlock, ToolResultBlock, ToolSpec
-from hango.provider.messages import Block
+from hango import Block, Message, Request, TextBlock, ToolResultBlock, ToolSpec
 
 #: The TTLs the API accepts, shortest first.
 TTLS: Final = ("5m", "1h")

@@ -20,16 +20,8 @@ from typing import Final
 import attrs
 from attrs import frozen
 
-from hango import (
-    ModelHandler,
-    ModelRequest,
-    ModelResponse,
-    State,
-    Usage,
-    load_private,
-    store_private,
-    telemetry,
-)
+from hango import ModelResponse, Usage
+from hango.middleware import ModelHandler, ModelRequest, State, load_private, record, store_private
 from hango_prompt_cache.breakpoints import TTLS, marker, place_breakpoints
 
 CACHE_BUST: Final = "middleware.cache_bust"
@@ -93,7 +85,7 @@ class PromptCacheMiddleware:
         read = usage.cache_read_input_tokens
         before, known = load_private(state, self.name, CachedPrefix)
         if known and read < before.tokens * self.bust_threshold:
-            telemetry.record(
+            record(
                 CACHE_BUST,
                 middleware=self.name,
                 reason="cached prefix read back short",

@@ -6,7 +6,7 @@ Installed through the ``hango`` entry point ``repair``; ``hango_middleware`` pro
 
 from __future__ import annotations
 
-import hango
+from hango.middleware import StackConfig, hookimpl
 from hango_repair.history import INTERRUPTED, Repair, repair_history
 from hango_repair.middleware import RepairToolCallsMiddleware
 
@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> RepairToolCallsMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> RepairToolCallsMiddleware:
     """The repair middleware; it needs no settings."""
     return RepairToolCallsMiddleware()

@@ -22,8 +22,7 @@ from typing import Final
 
 from attrs import frozen
 
-from hango import Message, ToolResultBlock, ToolUseBlock
-from hango.provider.messages import Block
+from hango import Block, Message, ToolResultBlock, ToolUseBlock
 
 INTERRUPTED: Final = (
     "This tool call did not complete because the run was interrupted; it has no result. "

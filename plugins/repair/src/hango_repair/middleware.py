@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hango import State, held_calls, telemetry
+from hango.middleware import State, held_calls, record
 from hango_repair.history import repair_history
 
 #: Span event recorded when a history was repaired, with the two counts below.
@@ -40,7 +40,7 @@ class RepairToolCallsMiddleware:
         if repair is None:
             return
         state.messages[:] = repair.messages
-        telemetry.record(
+        record(
             HISTORY_REPAIRED,
             middleware=self.name,
             attributes={

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import hango
-from hango.config import int_setting
+from hango.middleware import StackConfig, hookimpl, int_setting
 from hango_repeat.keys import call_key, canonical_json, fnv1a_64
 from hango_repeat.middleware import (
     DEFAULT_THRESHOLD,
@@ -39,17 +38,17 @@ OPTIONS_SCHEMA: dict[str, Any] = {
 }
 
 
-@hango.hookimpl
+@hookimpl
 def hango_options_schema() -> dict[str, Any]:
     return {"repeat_call": OPTIONS_SCHEMA}
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> RepeatCallMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> RepeatCallMiddleware:
     """The repeat-call middleware with the agent's ``threshold`` option, else the one from
     ``HANGO_REPEAT_CALL_THRESHOLD``.
 
-    Raises ``hango.ConfigError`` naming the variable when it is not an integer >= 2, so
+    Raises ``ConfigError`` naming the variable when it is not an integer >= 2, so
     building the stack (and so the run, or ``hango plugins``) fails at startup.
     """
     threshold = config.options("repeat_call").get("threshold")

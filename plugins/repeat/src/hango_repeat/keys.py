@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from hango.provider.messages import JSON
+from hango import JSON
 
 FNV64_OFFSET_BASIS: Final = 0xCBF29CE484222325
 FNV64_PRIME: Final = 0x100000001B3

@@ -12,15 +12,16 @@ from typing import Final
 
 from attrs import define, field
 
-from hango import (
+from hango import ToolResult, error_result
+from hango.middleware import (
+    REPEAT_CALL_BLOCKED,
+    TOOL_NAME,
     State,
     ToolCallRequest,
     ToolHandler,
-    ToolResult,
-    error_result,
     load_private,
+    record,
     store_private,
-    telemetry,
 )
 from hango_repeat.keys import call_key
 
@@ -65,10 +66,10 @@ class RepeatCallMiddleware:
             self._count(req.state, seen, key)
             return result
         self._count(req.state, seen, key)
-        telemetry.record(
-            telemetry.REPEAT_CALL_BLOCKED,
+        record(
+            REPEAT_CALL_BLOCKED,
             middleware=self.name,
-            attributes={telemetry.TOOL_NAME: call.name},
+            attributes={TOOL_NAME: call.name},
         )
         times = "once" if before == 1 else f"{before} times"
         return error_result(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import hango
+from hango.middleware import StackConfig, hookimpl
 from hango_retry.middleware import ATTEMPT_ATTRIBUTE, ToolRetryMiddleware
 from hango_retry.policy import DEFAULT_RETRY_ON, OPTIONS_SCHEMA, RetryPolicy, exception_class
 
@@ -27,16 +27,16 @@ __all__ = [
 ]
 
 
-@hango.hookimpl
+@hookimpl
 def hango_options_schema() -> Mapping[str, Mapping[str, Any]]:
     """The schema of ``[options.tool_retry]``."""
     return {ToolRetryMiddleware.name: OPTIONS_SCHEMA}
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> ToolRetryMiddleware:
+@hookimpl
+def hango_middleware(config: StackConfig) -> ToolRetryMiddleware:
     """The retry middleware for the agent's ``[options.tool_retry]`` over the
-    ``HANGO_TOOL_RETRY_*`` defaults; raises ``hango.ConfigError`` naming the field or the
+    ``HANGO_TOOL_RETRY_*`` defaults; raises ``ConfigError`` naming the field or the
     variable when one is invalid."""
     options = config.options(ToolRetryMiddleware.name)
     return ToolRetryMiddleware(

@@ -26,7 +26,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_
 from tenacity.stop import stop_base
 from tenacity.wait import wait_exponential, wait_random
 
-from hango import ToolCallRequest, ToolHandler, ToolResult, telemetry
+from hango import ToolResult
+from hango.middleware import ERROR_TYPE, RETRIED, TOOL_NAME, ToolCallRequest, ToolHandler, record
 from hango_retry.policy import RetryPolicy
 
 #: Span attribute of ``middleware.retried``: the number of the attempt that failed.
@@ -83,13 +84,13 @@ class ToolRetryMiddleware:
         def retried(state: RetryCallState) -> None:
             assert state.outcome is not None  # tenacity calls this after an attempt
             failed: ToolResult = state.outcome.result()
-            telemetry.record(
-                telemetry.RETRIED,
+            record(
+                RETRIED,
                 middleware=self.name,
                 reason="tool raised",
                 attributes={
-                    telemetry.TOOL_NAME: tool_name,
-                    telemetry.ERROR_TYPE: type(failed.exception).__qualname__,
+                    TOOL_NAME: tool_name,
+                    ERROR_TYPE: type(failed.exception).__qualname__,
                     ATTEMPT_ATTRIBUTE: state.attempt_number,
                 },
             )

@@ -10,8 +10,7 @@ from typing import Any, Final
 
 from attrs import frozen
 
-from hango import ConfigError
-from hango.config import int_setting
+from hango.middleware import ConfigError, int_setting
 
 #: Transient failures, retried when ``retry_on`` is not set.
 DEFAULT_RETRY_ON: Final = ("TimeoutError", "ConnectionError")

@@ -6,7 +6,7 @@ Installed through the ``hango`` entry point ``todo``; ``hango_middleware`` provi
 
 from __future__ import annotations
 
-import hango
+from hango.middleware import StackConfig, hookimpl
 from hango_todo.middleware import TodoMiddleware, render_plan
 from hango_todo.write_todos import TOOL_NAME, WRITE_TODOS, TodoError, WriteTodos, parse_todos
 
@@ -21,8 +21,8 @@ __all__ = [
 ]
 
 
-@hango.hookimpl
-def hango_middleware(config: hango.StackConfig) -> TodoMiddleware | None:
+@hookimpl
+def hango_middleware(config: StackConfig) -> TodoMiddleware | None:
     """The todo middleware, or None when the agent's allowlist leaves ``write_todos`` out (a
     plan block for a tool the model may not call would only cost prompt tokens)."""
     allowlist = config.tool_allowlist

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from hango import State, TextBlock, Todo, Tool
+from hango import TextBlock, Tool
+from hango.middleware import State, Todo
 from hango_todo.write_todos import TOOL_NAME, WRITE_TODOS, counts
 
 PLAN_HEADING: Final = "Current plan"

@@ -13,9 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final, get_args
 
-from hango import State, Todo, ToolContext, ToolResult, ToolSpec, error_result
-from hango.agent.state import TodoStatus
-from hango.agent.storable import replace_lone_surrogates
+from hango import ToolContext, ToolResult, ToolSpec, error_result
+from hango.middleware import State, Todo, TodoStatus, replace_lone_surrogates
 
 TOOL_NAME: Final = "write_todos"
 STATUSES: Final[tuple[TodoStatus, ...]] = get_args(TodoStatus)
