@@ -178,7 +178,59 @@ trace_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _HangoGroup(click.Group):
+    """The top-level group: hango's own commands, then those plugins add through the
+    ``hango_cli_commands`` hook, loaded once, when a command name is first looked up."""
+
+    _plugin_commands: dict[str, click.Command] | None = None
+
+    def _plugins(self) -> dict[str, click.Command]:
+        if self._plugin_commands is None:
+            self._plugin_commands = _load_plugin_commands(set(self.commands))
+        return self._plugin_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self._plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.get(cmd_name) or self._plugins().get(cmd_name)
+
+
+def _load_plugin_commands(taken: set[str]) -> dict[str, click.Command]:
+    """Commands from the ``hango_cli_commands`` hook, keyed by name. A plugin that fails to
+    load or whose hook raises, and a name already taken, are warned about in one line and
+    left out: the rest of the CLI keeps working."""
+    try:
+        pm = make_plugin_manager()
+    except PluginError as exc:
+        warnings.warn(f"plugin commands not loaded: {exc}", HangoWarning, stacklevel=2)
+        return {}
+    found: dict[str, click.Command] = {}
+    for impl in pm.hook.hango_cli_commands.get_hookimpls():
+        try:
+            commands: Sequence[click.Command] = impl.function() or ()
+        except Exception as exc:
+            dist = pm.distribution_of(impl.plugin_name)[0]
+            warnings.warn(
+                f"plugin {impl.plugin_name} ({dist}): hango_cli_commands failed: {exc}",
+                HangoWarning,
+                stacklevel=2,
+            )
+            continue
+        for command in commands:
+            name = command.name or ""
+            if name in taken or name in found:
+                warnings.warn(
+                    f"plugin {impl.plugin_name}: command {name!r} is taken; left out",
+                    HangoWarning,
+                    stacklevel=2,
+                )
+                continue
+            found[name] = command
+    return found
+
+
+@click.group(cls=_HangoGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hango")
 def main() -> None:
     """hango: run agents whose every feature is a middleware."""

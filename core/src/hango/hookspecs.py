@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import click
+
     from hango.agent.middleware import Middleware
     from hango.agent.stack import StackConfig
 
@@ -74,4 +76,24 @@ def hango_options_schema() -> Mapping[str, Mapping[str, Any]] | None:
                 "properties": {"path": {"type": "string", "minLength": 1}},
                 "additionalProperties": False,
             }}
+    """
+
+
+@hookspec
+def hango_cli_commands() -> Sequence[click.Command] | None:
+    """Return the ``click`` commands (or groups) this plugin adds to the ``hango`` command,
+    or None.
+
+    Each becomes a subcommand under its own name (``hango mcp ...`` from hango-mcp). A name
+    that hango's own commands or another plugin already use is refused with a warning naming
+    the plugin, and the command stays out; a plugin whose hook raises is reported in one line
+    and the rest of the CLI works. Example::
+
+        @click.group("audit")
+        def audit() -> None:
+            '''Inspect the audit log.'''
+
+        @hookimpl
+        def hango_cli_commands() -> list[click.Command]:
+            return [audit]
     """

@@ -107,6 +107,6 @@ __all__ = [
     "provider_name",
     "record",
     "replace_lone_surrogates",
-    "store_private",
     "storable_result",
+    "store_private",
 ]
