@@ -19,7 +19,7 @@ import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import anyio
 import click
@@ -208,7 +208,7 @@ def _load_plugin_commands(taken: set[str]) -> dict[str, click.Command]:
     found: dict[str, click.Command] = {}
     for impl in pm.hook.hango_cli_commands.get_hookimpls():
         try:
-            commands: Sequence[click.Command] = impl.function() or ()
+            commands = cast(Sequence[click.Command], impl.function() or ())
         except Exception as exc:
             dist = pm.distribution_of(impl.plugin_name)[0]
             warnings.warn(
