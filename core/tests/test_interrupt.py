@@ -44,7 +44,7 @@ from hango import (
     store_private,
     tool,
 )
-from hango.agent.interrupt import InterruptError, interrupt_id
+from hango.agent.interrupts.records import InterruptError, interrupt_id
 from hango.agent.state import STATE_VERSION, dump_state, load_state
 from hango.testing import TestHarness, agent_harness
 

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 import hango
 from conftest import Install
 from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
-from hango.agent.stack import check_options, discover
 from hango.cli import main
+from hango.discovery import check_options, discover
 from hango.plugins import PluginWarning
 
 

@@ -42,7 +42,8 @@ from hango import (
     tool,
 )
 from hango.agent.middleware import Middleware
-from hango.agent.stack import StackConfig, default_stack
+from hango.config import StackConfig
+from hango.discovery import default_stack
 from hango.run.worker import Worker
 from hango.store import RetryPolicy, RunStore, StoreError, StoreUnavailable, open_store
 from hango.store.base import RunRecord

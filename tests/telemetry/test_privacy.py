@@ -225,7 +225,7 @@ async def test_an_exception_quoting_content_fails_the_run_not_privacy(
     ],
 )
 def test_content_capture_is_on_only_when_asked(value: str, on: bool) -> None:
-    from hango.telemetry_content import CAPTURE_VARIABLE, capture_enabled
+    from hango.agent.span_content import CAPTURE_VARIABLE, capture_enabled
 
     assert capture_enabled({CAPTURE_VARIABLE: value}) is on
     assert capture_enabled({}) is False

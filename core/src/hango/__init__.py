@@ -21,7 +21,7 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
-from hango.agent.interrupt import (
+from hango.agent.interrupts.records import (
     Decision,
     Interrupt,
     InterruptError,
@@ -41,7 +41,7 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
-from hango.agent.stack import AGENT_SLOT, STACK_ORDER, StackConfig, default_stack, resolve_stack
+from hango.agent.stack import AGENT_SLOT, STACK_ORDER
 from hango.agent.state import (
     State,
     StateError,
@@ -51,7 +51,8 @@ from hango.agent.state import (
     load_state,
     store_private,
 )
-from hango.config import ConfigError
+from hango.config import ConfigError, StackConfig
+from hango.discovery import default_stack, resolve_stack
 from hango.hookspecs import hookimpl
 from hango.plugins import PluginError, make_plugin_manager
 from hango.provider import (

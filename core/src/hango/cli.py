@@ -31,10 +31,18 @@ from rich.text import Text
 from hango import resume_hint
 from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, MessageCompleted, RunFinished, RunStatus
-from hango.agent.stack import STACK_ORDER, StackConfig, discover
+from hango.agent.stack import STACK_ORDER
 from hango.agent.state import StateError
-from hango.config import DEFAULT_TENANT, Config, ConfigError, HangoWarning, hango_settings
+from hango.config import (
+    DEFAULT_TENANT,
+    Config,
+    ConfigError,
+    HangoWarning,
+    StackConfig,
+    hango_settings,
+)
 from hango.convert import message_to_json
+from hango.discovery import discover
 from hango.event_json import event_to_json
 from hango.pending import (
     SUSPENDED_EXIT,
@@ -44,10 +52,8 @@ from hango.pending import (
     print_pending,
 )
 from hango.plugins import PluginError, make_plugin_manager
+from hango.provider.errors import ModelError, ModelSpecError, ScriptError
 from hango.provider.messages import Message
-from hango.provider.model import ModelError
-from hango.provider.scripted import ScriptError
-from hango.provider.select import ModelSpecError
 from hango.render import (
     Renderer,
     checklist,
@@ -420,7 +426,7 @@ def run(
 ) -> None:
     """Run the agent on MESSAGE, streaming its work."""
     output = _output(as_json, jsonl)
-    from hango.telemetry_setup import configure_telemetry
+    from hango.telemetry.setup import configure_telemetry
 
     configure_telemetry(trace)
 
@@ -510,7 +516,7 @@ def resume(
     if it was submitted for workers (or with --queue), goes back on the queue."""
     output = _output(as_json, jsonl)
     decisions = parse_decisions(approve, reject, edit, respond)
-    from hango.telemetry_setup import configure_telemetry
+    from hango.telemetry.setup import configure_telemetry
 
     configure_telemetry(trace)
 
@@ -977,7 +983,7 @@ def worker(
     import logging
 
     from hango.run.worker import Worker, wait_for_store
-    from hango.telemetry_setup import configure_telemetry
+    from hango.telemetry.setup import configure_telemetry
 
     configure_telemetry(None)
 

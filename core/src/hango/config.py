@@ -1,4 +1,5 @@
-"""Settings from ``HANGO_*`` environment variables."""
+"""Settings: ``HANGO_*`` environment variables, their parsers, and ``StackConfig``, what a plugin
+builds its middleware from."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 #: The tenant used when ``HANGO_TENANT`` is not set.
 DEFAULT_TENANT = uuid.UUID("00000000-0000-0000-0000-000000000000")
@@ -60,3 +62,30 @@ class Config:
         except ValueError:
             raise ConfigError(f"HANGO_TENANT must be a UUID, got {raw_tenant!r}") from None
         return cls(url, tenant)
+
+
+@frozen
+class StackConfig:
+    """What plugins build their middleware from.
+
+    ``tool_allowlist``: the agent's effective allowlist (None = every tool). ``settings``: the
+    ``HANGO_*`` settings (name -> raw string), deployment-wide defaults. ``agent_middleware``:
+    the names of the agent file's ``middleware`` list, in order. ``middleware_options``: the
+    agent file's ``[options.<name>]`` tables, already validated against each plugin's schema;
+    read one with ``options(name)``. ``source`` names the agent in error messages.
+    ``base_dir`` is the agent file's folder, which relative paths in options (a
+    ``scripted:PATH`` model spec) resolve against; None resolves them against the working
+    directory.
+    """
+
+    tool_allowlist: frozenset[str] | None = None
+    settings: Mapping[str, str] = field(factory=dict)
+    agent_middleware: tuple[str, ...] = ()
+    middleware_options: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    source: str = field(default="agent", eq=False)
+    base_dir: str | None = None
+
+    def options(self, name: str) -> Mapping[str, Any]:
+        """Middleware ``name``'s ``[options.<name>]`` table from the agent file (``{}`` when
+        absent). A setting given here wins over the ``HANGO_*`` default."""
+        return self.middleware_options.get(name, {})

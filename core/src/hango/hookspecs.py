@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from hango.config import StackConfig
+
 if TYPE_CHECKING:
     import click
 
     from hango.agent.middleware import Middleware
-    from hango.agent.stack import StackConfig
 
 PROJECT = "hango"
 

@@ -23,7 +23,7 @@ Where a name lives inside hango is private and may move; these names do not.
 """
 
 from hango.agent.chain import STATE_SCOPES, MiddlewareError, StateScope
-from hango.agent.interrupt import (
+from hango.agent.interrupts.records import (
     DECISIONS,
     Decision,
     DecisionType,
@@ -45,10 +45,9 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
-from hango.agent.stack import StackConfig
 from hango.agent.state import State, StateError, Todo, TodoStatus, load_private, store_private
 from hango.agent.storable import replace_lone_surrogates, storable_result
-from hango.config import ConfigError, int_setting
+from hango.config import ConfigError, StackConfig, int_setting
 from hango.hookspecs import hookimpl
 from hango.telemetry import (
     ERROR_TYPE,

@@ -41,7 +41,7 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.stack import discover
+from hango.discovery import discover
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_allowlist import ToolAllowlistMiddleware

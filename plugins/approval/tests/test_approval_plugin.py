@@ -31,7 +31,7 @@ from hango import (
     make_plugin_manager,
     tool,
 )
-from hango.agent.stack import check_options, discover
+from hango.discovery import check_options, discover
 from hango.provider.events import StreamEvent
 from hango.testing import TestHarness, agent_harness
 from hango_allowlist import ToolAllowlistMiddleware

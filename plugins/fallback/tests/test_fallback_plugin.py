@@ -38,7 +38,7 @@ from hango import (
     tool,
 )
 from hango.agent.chain import Chain
-from hango.agent.stack import check_options, discover
+from hango.discovery import check_options, discover
 from hango.provider.events import StreamEvent
 from hango.provider.model import accumulate
 from hango.store.sqlite import SqliteRunStore

@@ -43,7 +43,7 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.stack import check_options, discover
+from hango.discovery import check_options, discover
 from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore

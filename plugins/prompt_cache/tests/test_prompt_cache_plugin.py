@@ -45,7 +45,7 @@ from hango import (
     tool,
 )
 from hango.agent.chain import Chain
-from hango.agent.stack import check_options, discover
+from hango.discovery import check_options, discover
 from hango.provider.messages import Block
 from hango.store.sqlite import SqliteRunStore
 from hango_prompt_cache import (

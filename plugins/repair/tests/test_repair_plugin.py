@@ -35,7 +35,7 @@ from hango import (
     make_plugin_manager,
     tool,
 )
-from hango.agent.stack import discover
+from hango.discovery import discover
 from hango.provider.events import StreamEvent
 from hango.testing import TestHarness, agent_harness, assert_valid_history, history_problems
 from hango_repair import INTERRUPTED, RepairToolCallsMiddleware, repair_history

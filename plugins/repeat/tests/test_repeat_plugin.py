@@ -36,7 +36,7 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.stack import discover
+from hango.discovery import discover
 from hango.testing import agent_harness
 from hango_repeat import (
     RepeatCallMiddleware,

@@ -45,7 +45,7 @@ from hango import (
     tool,
 )
 from hango.agent.chain import MiddlewareError
-from hango.agent.stack import check_options, discover
+from hango.discovery import check_options, discover
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import agent_harness

@@ -33,7 +33,7 @@ from hango import (
     load_state,
     make_plugin_manager,
 )
-from hango.agent.stack import discover
+from hango.discovery import discover
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_todo import WRITE_TODOS, TodoMiddleware, render_plan

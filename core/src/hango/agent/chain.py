@@ -38,8 +38,9 @@ from hango.agent.middleware import (
     ToolWrapper,
 )
 from hango.agent.state import State, StateError
+from hango.provider.errors import ModelError
 from hango.provider.messages import TextBlock, ToolSpec
-from hango.provider.model import ModelError, ModelResponse
+from hango.provider.model import ModelResponse
 from hango.redact import redact_secrets
 from hango.tool.base import Tool, ToolResult, error_result
 
@@ -401,7 +402,7 @@ class Chain:
         onion: Callable[..., Any] = replay
         for mw in reversed(wrappers):
             onion = checked(mw, onion)
-        with telemetry.tracer.start_as_current_span("middleware.diagnose"):
+        with telemetry.tracer.start_as_current_span(telemetry.DIAGNOSE_SPAN):
             try:
                 await onion(req)
             except (anyio.get_cancelled_exc_class(), KeyboardInterrupt, SystemExit):
@@ -421,7 +422,7 @@ class Chain:
         child span per hook; durations go to ``hango.middleware.before_run.duration``."""
         if not self._run_hooks:
             return
-        with telemetry.tracer.start_as_current_span("agent.before_run"):
+        with telemetry.tracer.start_as_current_span(telemetry.BEFORE_RUN_SPAN):
             for name, hook in self._run_hooks:
                 start = time.perf_counter()
                 with telemetry.tracer.start_as_current_span(

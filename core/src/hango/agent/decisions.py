@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from attrs import evolve, frozen
 
-from hango.agent.interrupt import Decision, Interrupts, PendingAction, now_iso
+from hango.agent.interrupts.records import Decision, Interrupts, PendingAction, now_iso
 
 
 class DecisionRefused(ValueError):

@@ -25,7 +25,7 @@ from attrs import define, field, frozen
 from cattrs.v import format_exception
 
 from hango import telemetry
-from hango.agent.interrupt import Interrupts
+from hango.agent.interrupts.records import Interrupts
 from hango.convert import CONVERTER, json_value
 from hango.provider.messages import JSON, Message, Usage
 
@@ -54,7 +54,7 @@ class State:
     its JSON value. ``usage`` is the run's token usage so far: the loop adds each model call's
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
     across resumes. ``interrupts`` holds the run's pending actions, decisions and started
-    calls (``hango.agent.interrupt``). ``scratch`` is per-batch working data: the loop clears it
+    calls (``hango.agent.interrupts``). ``scratch`` is per-batch working data: the loop clears it
     after every tool batch and it is never persisted.
     """
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final, cast
 
-from hango.provider.select import ModelSpecError
+from hango.provider.errors import ModelSpecError
 
 try:
     import anthropic
@@ -72,6 +72,7 @@ except ImportError as exc:  # the SDK is the optional extra
         "anthropic models need the anthropic extra: pip install 'hango[anthropic]'"
     ) from exc
 
+from hango.provider.errors import ModelError
 from hango.provider.events import (
     CitationDelta,
     MessageStop,
@@ -99,7 +100,6 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
-from hango.provider.model import ModelError
 from hango.provider.retry import (
     Failure,
     RetryPolicy,

@@ -24,7 +24,6 @@ import os
 import re
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
-from typing import Final
 
 import anyio
 import httpx2
@@ -32,13 +31,9 @@ from attrs import frozen
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
+from hango.provider.errors import ModelError
 from hango.provider.events import ProviderRetry, StreamEvent
-from hango.provider.model import ModelError
-
-RETRY_EVENT: Final = "provider.retry"
-STATUS_CODE: Final = "http.response.status_code"
-ATTEMPT: Final = "hango.retry.attempt"
-DELAY_S: Final = "hango.retry.delay_s"
+from hango.telemetry.names import HTTP_STATUS_CODE, PROVIDER_RETRY, RETRY_ATTEMPT, RETRY_DELAY_S
 
 
 @frozen
@@ -134,10 +129,10 @@ class RetryPolicy:
 
 
 def _record_retry(attempt: int, delay: float, status: int | None) -> None:
-    attributes: dict[str, AttributeValue] = {ATTEMPT: attempt, DELAY_S: delay}
+    attributes: dict[str, AttributeValue] = {RETRY_ATTEMPT: attempt, RETRY_DELAY_S: delay}
     if status is not None:
-        attributes[STATUS_CODE] = status
-    trace.get_current_span().add_event(RETRY_EVENT, attributes)
+        attributes[HTTP_STATUS_CODE] = status
+    trace.get_current_span().add_event(PROVIDER_RETRY, attributes)
 
 
 async def stream_with_retries(

@@ -18,7 +18,8 @@ from attrs import frozen
 from hango import telemetry
 from hango.agent.decisions import DecisionRefused, record_decisions
 from hango.agent.events import RunStatus
-from hango.agent.interrupt import Decision, PendingAction, decided
+from hango.agent.interrupts.records import Decision, PendingAction
+from hango.agent.interrupts.trace import decided
 from hango.agent.state import dump_state, load_state
 from hango.store.base import RunRecord, RunStore, StaleVersion
 
@@ -55,7 +56,7 @@ async def decide_run(
     if state is None:
         raise DecisionRefused(f"run {run_id} is {run.status.value}, not waiting for a decision")
     with telemetry.tracer.start_as_current_span(
-        "decide_run", attributes={"hango.run.id": str(run_id)}
+        telemetry.DECIDE_RUN_SPAN, attributes={telemetry.RUN_ID: str(run_id)}
     ):
         done = record_decisions(state.interrupts, decisions, status=run.status.value)
         if not done.recorded:
