@@ -534,7 +534,7 @@ async def test_the_terminal_marks_a_discarded_attempt() -> None:
 
     from rich.console import Console
 
-    from hango.render import Renderer
+    from hango.cli.render import Renderer
 
     out = io.StringIO()
     renderer = Renderer(Console(file=out, width=100, emoji=False))
