@@ -48,7 +48,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
-from hango import AgentDefinition, Harness, Message, RunStatus, State, TextBlock, Todo, dump_state
+from hango import AgentDefinition, Harness, Message, RunStatus, TextBlock
+from hango.agent.state import dump_state
+from hango.middleware import State, Todo
 from hango.store import RunStore, migrate, open_store
 
 ROOT = Path(__file__).parents[1]

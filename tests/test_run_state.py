@@ -12,18 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
-from hango import (
-    Request,
-    RunStatus,
-    ScriptedModel,
-    State,
-    ToolCallFinished,
-    dump_state,
-    load_private,
-    load_state,
-    store_private,
-    tool,
-)
+from hango import Request, RunStatus, ScriptedModel, ToolCallFinished, tool
+from hango.agent.state import dump_state, load_state
+from hango.middleware import State, load_private, store_private
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_repeat import RepeatCallMiddleware

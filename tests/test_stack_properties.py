@@ -11,15 +11,8 @@ import anyio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hango import (
-    Message,
-    State,
-    Todo,
-    ToolCallRequest,
-    ToolContext,
-    ToolResult,
-    ToolUseBlock,
-)
+from hango import Message, ToolContext, ToolResult, ToolUseBlock
+from hango.middleware import State, Todo, ToolCallRequest
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import WRITE_TODOS
 

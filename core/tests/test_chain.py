@@ -12,24 +12,11 @@ from typing import Any
 import attrs
 import pytest
 
-from hango import (
-    Chain,
-    Harness,
-    ModelHandler,
-    ModelRequest,
-    ModelResponse,
-    Request,
-    ScriptedModel,
-    State,
-    TextBlock,
-    ToolCallRequest,
-    ToolHandler,
-    ToolResult,
-    dump_state,
-    load_state,
-    tool,
-)
+from hango import Harness, ModelResponse, Request, ScriptedModel, TextBlock, ToolResult, tool
+from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition
+from hango.agent.state import dump_state, load_state
+from hango.middleware import ModelHandler, ModelRequest, State, ToolCallRequest, ToolHandler
 from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.store.sqlite import SqliteRunStore

@@ -16,8 +16,6 @@ from hango import (
     Message,
     MessageCompleted,
     ModelError,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     Request,
     RunFinished,
@@ -27,13 +25,12 @@ from hango import (
     TextBlock,
     TextDelta,
     ToolCallFinished,
-    ToolCallRequest,
     ToolCallStarted,
-    ToolHandler,
     ToolResult,
     ToolResultBlock,
     tool,
 )
+from hango.middleware import ModelHandler, ModelRequest, ToolCallRequest, ToolHandler
 from hango.provider.events import (
     MessageStop,
     ProviderRetry,

@@ -47,7 +47,8 @@ import signal
 import time
 from pathlib import Path
 
-from hango import Interrupt, tool
+from hango import tool
+from hango.middleware import Interrupt
 
 HERE = Path(__file__).parent
 

@@ -21,29 +21,30 @@ from hango import (
     Event,
     Harness,
     Message,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     RunStarted,
     RunStatus,
     ScriptedModel,
-    State,
     StateError,
-    Todo,
-    ToolCallRequest,
-    ToolHandler,
     ToolRegistry,
     ToolResult,
-    dump_state,
-    load_private,
-    load_state,
-    make_plugin_manager,
-    store_private,
     tool,
 )
 from hango.agent.middleware import Middleware
+from hango.agent.state import dump_state, load_state
 from hango.config import StackConfig
 from hango.discovery import default_stack
+from hango.middleware import (
+    ModelHandler,
+    ModelRequest,
+    State,
+    Todo,
+    ToolCallRequest,
+    ToolHandler,
+    load_private,
+    store_private,
+)
+from hango.plugins import make_plugin_manager
 from hango.run.worker import Worker
 from hango.store import RetryPolicy, RunStore, StoreError, StoreUnavailable, open_store
 from hango.store.base import RunRecord

@@ -17,22 +17,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hango import (
-    RunStatus,
-    StackConfig,
-    State,
-    TextBlock,
-    Todo,
-    ToolCallRequest,
-    ToolContext,
-    ToolHandler,
-    ToolResult,
-    default_stack,
-    telemetry,
-    tool,
-)
+from hango import RunStatus, TextBlock, ToolContext, ToolResult, telemetry, tool
 from hango.agent.middleware import Middleware
 from hango.agent.state import load_state
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, State, Todo, ToolCallRequest, ToolHandler
 from hango.testing import agent_harness
 from hango.tool import Tool
 

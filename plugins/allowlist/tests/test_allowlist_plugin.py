@@ -17,31 +17,32 @@ from opentelemetry.trace import Span
 
 import hango_allowlist
 from hango import (
-    STACK_ORDER,
     Message,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     Request,
     ScriptedModel,
-    StackConfig,
-    State,
     StopReason,
     TextBlock,
     Tool,
-    ToolCallRequest,
     ToolContext,
-    ToolHandler,
     ToolResult,
     ToolSpec,
     ToolUseBlock,
     Usage,
-    default_stack,
-    make_plugin_manager,
     telemetry,
     tool,
 )
-from hango.discovery import discover
+from hango.agent.stack import STACK_ORDER
+from hango.discovery import default_stack, discover
+from hango.middleware import (
+    ModelHandler,
+    ModelRequest,
+    StackConfig,
+    State,
+    ToolCallRequest,
+    ToolHandler,
+)
+from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_allowlist import ToolAllowlistMiddleware

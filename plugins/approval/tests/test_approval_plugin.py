@@ -15,7 +15,6 @@ import pytest
 
 import hango_approval
 from hango import (
-    STACK_ORDER,
     ConfigError,
     Decision,
     DecisionRefused,
@@ -24,14 +23,13 @@ from hango import (
     RunFinished,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    ToolCallRequest,
-    ToolHandler,
     ToolResult,
-    make_plugin_manager,
     tool,
 )
+from hango.agent.stack import STACK_ORDER
 from hango.discovery import check_options, discover
+from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
+from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.testing import TestHarness, agent_harness
 from hango_allowlist import ToolAllowlistMiddleware

@@ -11,17 +11,9 @@ import httpx2
 import openai
 import pytest
 
-from hango import (
-    Message,
-    Model,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    Request,
-    ScriptedModel,
-    State,
-)
+from hango import Message, Model, ModelError, ModelResponse, Request, ScriptedModel
 from hango.agent.chain import Chain
+from hango.middleware import ModelRequest, State
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.model import accumulate
 from hango.provider.openai import OpenAIChatModel

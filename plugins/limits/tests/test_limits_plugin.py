@@ -27,7 +27,6 @@ from opentelemetry.trace import Span
 
 import hango_limits
 from hango import (
-    STACK_ORDER,
     AgentDefinition,
     ConfigError,
     Decision,
@@ -36,14 +35,13 @@ from hango import (
     RunFinished,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    ToolCallRequest,
-    ToolHandler,
     ToolResult,
     telemetry,
     tool,
 )
+from hango.agent.stack import STACK_ORDER
 from hango.discovery import check_options, discover
+from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore

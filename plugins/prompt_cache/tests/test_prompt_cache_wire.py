@@ -16,15 +16,8 @@ import httpx2
 import openai
 import pytest
 
-from hango import (
-    AgentDefinition,
-    Model,
-    Request,
-    RunStatus,
-    State,
-    TextBlock,
-    tool,
-)
+from hango import AgentDefinition, Model, Request, RunStatus, TextBlock, tool
+from hango.middleware import State
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.events import StreamEvent
 from hango.provider.openai import OpenAIChatModel

@@ -19,23 +19,21 @@ from opentelemetry.trace import Span
 
 import hango_repair
 from hango import (
-    STACK_ORDER,
     Message,
     Request,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    State,
     TextBlock,
     Tool,
     ToolCallStarted,
     ToolResultBlock,
     ToolUseBlock,
-    default_stack,
-    make_plugin_manager,
     tool,
 )
-from hango.discovery import discover
+from hango.agent.stack import STACK_ORDER
+from hango.discovery import default_stack, discover
+from hango.middleware import StackConfig, State
+from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.testing import TestHarness, agent_harness, assert_valid_history, history_problems
 from hango_repair import INTERRUPTED, RepairToolCallsMiddleware, repair_history

@@ -16,27 +16,22 @@ from opentelemetry.trace import Span
 
 import hango_repeat
 from hango import (
-    STACK_ORDER,
     ConfigError,
     Harness,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    State,
     StateError,
     Tool,
-    ToolCallRequest,
     ToolResult,
     ToolUseBlock,
-    default_stack,
-    dump_state,
-    load_private,
-    load_state,
-    make_plugin_manager,
     telemetry,
     tool,
 )
-from hango.discovery import discover
+from hango.agent.stack import STACK_ORDER
+from hango.agent.state import dump_state, load_state
+from hango.discovery import default_stack, discover
+from hango.middleware import StackConfig, State, ToolCallRequest, load_private
+from hango.plugins import make_plugin_manager
 from hango.testing import agent_harness
 from hango_repeat import (
     RepeatCallMiddleware,

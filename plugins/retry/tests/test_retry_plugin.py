@@ -26,17 +26,11 @@ from opentelemetry.trace import Span
 
 import hango_retry
 from hango import (
-    STACK_ORDER,
-    Chain,
     ConfigError,
     Decision,
     RunStatus,
-    StackConfig,
-    State,
     Tool,
-    ToolCallRequest,
     ToolContext,
-    ToolHandler,
     ToolResult,
     ToolSpec,
     ToolUseBlock,
@@ -44,8 +38,10 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.chain import MiddlewareError
+from hango.agent.chain import Chain, MiddlewareError
+from hango.agent.stack import STACK_ORDER
 from hango.discovery import check_options, discover
+from hango.middleware import StackConfig, State, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import agent_harness

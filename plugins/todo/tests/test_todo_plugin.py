@@ -17,23 +17,19 @@ from opentelemetry.trace import Span
 
 import hango_todo
 from hango import (
-    STACK_ORDER,
     Message,
     Request,
     ScriptedModel,
-    StackConfig,
-    State,
     TextBlock,
-    Todo,
     ToolContext,
     ToolResultBlock,
     ToolUseBlock,
-    default_stack,
-    dump_state,
-    load_state,
-    make_plugin_manager,
 )
-from hango.discovery import discover
+from hango.agent.stack import STACK_ORDER
+from hango.agent.state import dump_state, load_state
+from hango.discovery import default_stack, discover
+from hango.middleware import StackConfig, State, Todo
+from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango_todo import WRITE_TODOS, TodoMiddleware, render_plan

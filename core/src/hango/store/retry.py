@@ -26,7 +26,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from hango.config import ConfigError
+from hango.config import duration_setting
 from hango.store.base import StoreUnavailable
 
 T = TypeVar("T")
@@ -51,16 +51,7 @@ class RetryPolicy:
     def from_settings(cls, settings: Mapping[str, str]) -> RetryPolicy:
         """The policy of ``HANGO_DB_RETRY_SECONDS`` (a number of seconds >= 0; default
         ``DEFAULT_RETRY_SECONDS``). Raises ``ConfigError`` naming the variable."""
-        raw = settings.get("HANGO_DB_RETRY_SECONDS") or ""
-        if not raw:
-            return cls()
-        try:
-            seconds = float(raw)
-        except ValueError:
-            raise ConfigError(f"HANGO_DB_RETRY_SECONDS must be a number, got {raw!r}") from None
-        if not 0 <= seconds < float("inf"):
-            raise ConfigError(f"HANGO_DB_RETRY_SECONDS must be 0 or more seconds, got {raw!r}")
-        return cls(seconds)
+        return cls(duration_setting(settings, "HANGO_DB_RETRY_SECONDS", DEFAULT_RETRY_SECONDS))
 
 
 async def with_retries(
