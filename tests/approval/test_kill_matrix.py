@@ -89,7 +89,7 @@ class KillPoint:
         try:
             return await next(req)
         except Interrupt:
-            if os.environ.get("KILL_AT") == "before-save" and not req.scope.probe:
+            if os.environ.get("KILL_AT") == "before-save" and not req.progress.probe:
                 wait_to_be_killed("before-save")
             raise
 

@@ -46,7 +46,7 @@ from hango.middleware import (
 )
 from hango.plugins import make_plugin_manager
 from hango.run.worker import Worker
-from hango.store import RetryPolicy, RunStore, StoreError, StoreUnavailable, open_store
+from hango.store import RunStore, StoreError, StoreRetryPolicy, StoreUnavailable, open_store
 from hango.store.base import RunRecord
 from hango.store.postgres import PostgresRunStore
 
@@ -633,7 +633,9 @@ async def test_a_worker_cut_off_from_the_database_leaves_its_run_to_be_reclaimed
             await go.wait()
         return f"{label} done"
 
-    worker_store = await PostgresRunStore.open(database_link.url(store_url), retry=RetryPolicy(0.5))
+    worker_store = await PostgresRunStore.open(
+        database_link.url(store_url), retry=StoreRetryPolicy(0.5)
+    )
     harness = Harness(
         worker_store,
         tenant_id=tenant,

@@ -11,7 +11,6 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
 from hango.agent.chain import MiddlewareError
-from hango.agent.decisions import DecisionRefused
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     AttemptDiscarded,
@@ -26,6 +25,7 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
+from hango.agent.interrupts.decide import DecisionRefused
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError
 from hango.config import ConfigError

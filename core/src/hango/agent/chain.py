@@ -140,7 +140,7 @@ def _guard_tool(base: ToolHandler, last: list[Any]) -> ToolHandler:
     in ``last[0]``, for ``Chain._find_culprit``."""
 
     async def innermost(req: ToolCallRequest) -> ToolResult:
-        req.scope.executed = True
+        req.progress.executed = True
         try:
             result = await base(req)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:

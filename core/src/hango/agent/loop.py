@@ -54,7 +54,7 @@ from hango.agent.interrupts.records import (
     argument_digest,
 )
 from hango.agent.interrupts.trace import raised
-from hango.agent.middleware import CallScope, ModelRequest, ToolCallRequest
+from hango.agent.middleware import CallProgress, ModelRequest, ToolCallRequest
 from hango.agent.state import State
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS, storable_message, storable_result
 from hango.provider.events import ProviderRetry, StreamEvent
@@ -298,7 +298,7 @@ async def run_loop(
             return response
 
     async def execute(treq: ToolCallRequest) -> ToolResult:
-        call, tool, scope = treq.call, treq.tool, treq.scope
+        call, tool, scope = treq.call, treq.tool, treq.progress
         if scope.probe:
             raise _WouldRun
         if tool is None:
@@ -330,12 +330,12 @@ async def run_loop(
         return await tool.call(arguments, ToolContext(treq.state, call))
 
     async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
-        scope = CallScope(tools)
+        scope = CallProgress(tools)
         undo = _Undo(state)
         with spans.tool_span(call) as span:
             try:
                 result = await chain.tool_call(
-                    ToolCallRequest(call, tools.get(call.name), state, scope=scope), execute
+                    ToolCallRequest(call, tools.get(call.name), state, progress=scope), execute
                 )
             except Interrupt as pause:
                 undo()
@@ -354,7 +354,7 @@ async def run_loop(
         # tool; whatever the chain did to the state is undone.
         undo = _Undo(state)
         probe = ToolCallRequest(
-            call, tools.get(call.name), state, scope=CallScope(tools, probe=True)
+            call, tools.get(call.name), state, progress=CallProgress(tools, probe=True)
         )
         try:
             await chain.tool_call(probe, execute)
@@ -512,7 +512,7 @@ def outcome_unknown(call: ToolUseBlock, started: StartedCall) -> ToolResult:
     )
 
 
-def _check_pause(pause: Interrupt, scope: CallScope) -> None:
+def _check_pause(pause: Interrupt, scope: CallProgress) -> None:
     if scope.executed:
         action = pause.action
         raise InterruptError(

@@ -44,7 +44,7 @@ from hango.provider.model import Model, ModelResponse
 from hango.tool.base import Tool, ToolResult
 
 
-class CallScope:
+class CallProgress:
     """What the chain did with one tool call in this pass; shared by every rewrite of the
     call's ``ToolCallRequest`` (``attrs.evolve`` keeps it) and never persisted.
 
@@ -94,14 +94,14 @@ class ModelRequest:
 class ToolCallRequest:
     """One tool call as the chain sees it; ``tool`` is None for a name no tool answers to.
 
-    ``scope`` is the call's per-pass bookkeeping (``CallScope``): the
+    ``progress`` is the call's per-pass bookkeeping (``CallProgress``): the
     loop makes one per call and ``attrs.evolve`` carries it to every rewrite of the request.
     """
 
     call: ToolUseBlock
     tool: Tool | None
     state: State
-    scope: CallScope = field(factory=CallScope, eq=False, repr=False, kw_only=True)
+    progress: CallProgress = field(factory=CallProgress, eq=False, repr=False, kw_only=True)
 
     def interrupt(
         self,
@@ -134,19 +134,19 @@ class ToolCallRequest:
                 f"{list(allowed)}; give a non-empty list of {', '.join(DECISIONS)}"
             )
         asked = call or self.call
-        scope, book = self.scope, self.state.interrupts
+        progress, book = self.progress, self.state.interrupts
         action_id = interrupt_id(self.state.run_id, self.call.id, middleware, name)
         digest = argument_digest(asked.name, asked.input)
-        known = scope.answers.get(action_id)
+        known = progress.answers.get(action_id)
         if known is not None and known.digest == digest:
             return known  # asked again in this pass (a wrapper's retry): the same answer, once
         entry = book.find(action_id)
         if entry is not None and entry.decision is not None and entry.digest == digest:
-            scope.answers[action_id] = entry.decision
-            scope.decided = True
+            progress.answers[action_id] = entry.decision
+            progress.decided = True
             trace.resumed(entry, entry.decision)
             return entry.decision
-        if scope.executed:
+        if progress.executed:
             raise InterruptError(
                 f"middleware {middleware!r} raised interrupt {name!r} for tool call "
                 f"{self.call.id!r} ({self.call.name}) after the call ran; an interrupt must come "
@@ -171,10 +171,10 @@ class ToolCallRequest:
 
     def with_call(self, call: ToolUseBlock) -> ToolCallRequest:
         """This request for ``call`` instead (an edit): ``tool`` is the run's tool of that name
-        (None if there is none), the scope is kept."""
+        (None if there is none), its progress is kept."""
         if call.name == self.call.name:
             return attrs.evolve(self, call=call)
-        return attrs.evolve(self, call=call, tool=self.scope.tools.get(call.name))
+        return attrs.evolve(self, call=call, tool=self.progress.tools.get(call.name))
 
 
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]

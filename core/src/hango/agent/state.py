@@ -25,7 +25,7 @@ from attrs import define, field, frozen
 from cattrs.v import format_exception
 
 from hango import telemetry
-from hango.agent.interrupts.records import Interrupts
+from hango.agent.interrupts.records import InterruptBook
 from hango.convert import CONVERTER, json_value
 from hango.provider.messages import JSON, Message, Usage
 
@@ -66,7 +66,7 @@ class State:
     todos: list[Todo] = field(factory=list)
     private: dict[str, JSON] = field(factory=dict)
     usage: Usage = field(factory=Usage)
-    interrupts: Interrupts = field(factory=Interrupts)
+    interrupts: InterruptBook = field(factory=InterruptBook)
     scratch: dict[str, Any] = field(factory=dict)
 
 
@@ -195,7 +195,7 @@ class _Document:
     todos: list[Todo] = field(factory=list)
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
-    interrupts: Interrupts = field(factory=Interrupts)
+    interrupts: InterruptBook = field(factory=InterruptBook)
 
 
 def load_state(doc: JSON) -> State:

@@ -101,7 +101,7 @@ from hango.provider.messages import (
 )
 from hango.provider.retry import (
     Failure,
-    RetryPolicy,
+    ProviderRetryPolicy,
     connection_failure,
     is_transient_status,
     request_rejected,
@@ -144,7 +144,7 @@ class OpenAIChatModel:
         self._client = client.with_options(max_retries=0)
         self.name = name
         self.max_tokens_field = max_tokens_field
-        self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
+        self.retry = ProviderRetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
     def from_env(

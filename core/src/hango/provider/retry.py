@@ -114,7 +114,7 @@ def _root_reason(chain: list[BaseException]) -> str:
 
 
 @frozen
-class RetryPolicy:
+class ProviderRetryPolicy:
     """How often and how long to retry: ``max_retries`` further attempts after the first,
     waits in seconds starting at ``base_delay`` and never above ``max_delay``."""
 
@@ -137,7 +137,7 @@ def _record_retry(attempt: int, delay: float, status: int | None) -> None:
 
 async def stream_with_retries(
     attempt: Callable[[], AsyncGenerator[StreamEvent, None]],
-    policy: RetryPolicy,
+    policy: ProviderRetryPolicy,
     explain: Callable[[Exception], Failure | None],
     provider: str,
 ) -> AsyncGenerator[StreamEvent, None]:

@@ -1,4 +1,5 @@
-"""Recording a person's decisions for a suspended run (``Harness.decide``).
+"""The store side of ``Harness.decide``: load a suspended run, bind the decisions
+(``hango.agent.interrupts.decide``) and save them.
 
 The decisions are written into the run's ``state_json`` (``State.interrupts``) in one save,
 fenced by the run's version, together with the status the run moves to: still ``suspended``
@@ -16,8 +17,8 @@ import attrs
 from attrs import frozen
 
 from hango import telemetry
-from hango.agent.decisions import DecisionRefused, record_decisions
 from hango.agent.events import RunStatus
+from hango.agent.interrupts.decide import DecisionRefused, record_decisions
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.interrupts.trace import decided
 from hango.agent.state import dump_state, load_state

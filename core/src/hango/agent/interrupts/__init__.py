@@ -23,7 +23,7 @@ the middleware acts on it.
   call starts or gets a result (every call of the batch gets one before the next model call),
   so it never becomes a standing approval and a call is never run twice on one decision.
 - A call that starts executing under a decision, or a call to a tool that is not idempotent, is
-  recorded as started (``Interrupts.started``) and saved before it runs; a resumed run never
+  recorded as started (``InterruptBook.started``) and saved before it runs; a resumed run never
   runs a started call without a result again unless someone decides so.
 
 Everything here lives in ``State.interrupts`` and is saved with the rest of ``runs.state_json``,

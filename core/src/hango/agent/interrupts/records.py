@@ -1,7 +1,7 @@
 """The records of interrupts: what was asked, what was decided, which calls started.
 
 ``Decision`` (a person's answer), ``PendingAction`` (a question about one tool call and its
-answer), ``StartedCall`` and ``Interrupts`` (the run's book, ``State.interrupts``), the
+answer), ``StartedCall`` and ``InterruptBook`` (the run's book, ``State.interrupts``), the
 interrupt id and the argument digest a decision is bound to, and the two exceptions:
 ``Interrupt`` (the pause) and ``InterruptError`` (a misuse). See ``hango.agent.interrupts``.
 """
@@ -150,7 +150,7 @@ class StartedCall:
 
 
 @define
-class Interrupts:
+class InterruptBook:
     """The interrupt record of a run (``State.interrupts``), persisted in ``runs.state_json``.
 
     ``pending``: the questions of the current interrupt cycle, answered or not. ``started``:
