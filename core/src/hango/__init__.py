@@ -10,7 +10,7 @@ anything not exported here or there lives in a module whose path may change.
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from hango.agent.chain import MiddlewareError
+from hango.agent.blame import MiddlewareError
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     AttemptDiscarded,

@@ -25,7 +25,7 @@ listed, with one line, in docs/reference/api.md.
   ``hango_cli_commands`` hooks.
 """
 
-from hango.agent.chain import STATE_SCOPES, MiddlewareError, StateScope
+from hango.agent.blame import MiddlewareError
 from hango.agent.interrupts.records import (
     DECISIONS,
     Decision,
@@ -48,7 +48,16 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
-from hango.agent.state import State, StateError, Todo, TodoStatus, load_private, store_private
+from hango.agent.state import (
+    STATE_SCOPES,
+    State,
+    StateError,
+    StateScope,
+    Todo,
+    TodoStatus,
+    load_private,
+    store_private,
+)
 from hango.agent.storable import replace_lone_surrogates, storable_result
 from hango.config import ConfigError, StackConfig, duration_setting, float_setting, int_setting
 from hango.hookspecs import hookimpl

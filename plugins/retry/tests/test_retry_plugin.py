@@ -38,7 +38,8 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.chain import Chain, MiddlewareError
+from hango.agent.blame import MiddlewareError
+from hango.agent.chain import Chain
 from hango.agent.stack import STACK_ORDER
 from hango.discovery import check_options, discover
 from hango.middleware import StackConfig, State, ToolCallRequest, ToolHandler

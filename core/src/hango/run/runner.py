@@ -23,7 +23,8 @@ from opentelemetry.trace import SpanKind
 
 from hango import telemetry
 from hango.agent import spans
-from hango.agent.chain import Chain, MiddlewareError, session_scoped
+from hango.agent.blame import MiddlewareError
+from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.interrupts.records import Decision, Interrupt, PendingAction, misplaced
@@ -37,6 +38,7 @@ from hango.agent.state import (
     load_run_state,
     load_state,
     new_run_state,
+    session_scoped,
 )
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
 from hango.config import (
