@@ -10,15 +10,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from hango.testing import hango_executable
+
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "plugin-authoring.md"
-HANGO = str(Path(sys.executable).parent / "hango")
+HANGO = hango_executable()
 FILE_BLOCK = re.compile(r"^```\w+\n# file: (\S+)\n(.*?)^```", re.S | re.M)
 
 

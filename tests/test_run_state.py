@@ -5,7 +5,6 @@ items 9, 10 and 11)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ import anyio
 import pytest
 
 from hango import (
-    Request,
     RunStatus,
-    ScriptedModel,
     State,
     ToolCallFinished,
     dump_state,
@@ -24,23 +21,11 @@ from hango import (
     store_private,
     tool,
 )
-from hango.provider.events import StreamEvent
-from hango.testing import agent_harness
+from hango.testing import RecordingModel, agent_harness
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import TodoMiddleware
 
 pytestmark = pytest.mark.anyio
-
-
-class Recording:
-    def __init__(self, turns: list[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
 
 
 class RunsInSession:
@@ -92,7 +77,7 @@ async def test_plan_and_session_state_carry_over_run_state_starts_fresh_both_sur
     tmp_path: Path,
 ) -> None:
     gate.update(entered=anyio.Event(), release=anyio.Event())
-    model = Recording(TURNS)
+    model = RecordingModel(TURNS)
     stack = [TodoMiddleware(), RepeatCallMiddleware(threshold=2), RunsInSession()]
     events: list[object] = []
 

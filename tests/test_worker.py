@@ -18,10 +18,9 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,10 +33,11 @@ import pytest
 from hango import AgentDefinition, Harness, Message, RunStatus
 from hango.store import RunStore, migrate, open_store
 from hango.store.base import RunRecord
+from hango.testing import hango_executable, write_agent
 
 pytestmark = pytest.mark.anyio
 
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 DEMO = Path(__file__).parents[1] / "examples" / "demo" / "agent.toml"
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
 
@@ -139,24 +139,6 @@ def anyio_backend() -> str:
     return "asyncio"  # psycopg
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'hango.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-def tenant() -> uuid.UUID:
-    return uuid.uuid4()
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[RunStore]:
-    async with await open_store(database_url) as s:
-        yield s
-
-
 class Workers:
     """``hango worker`` processes of one test, logging to files; all stopped at the end."""
 
@@ -209,14 +191,10 @@ def workers(tmp_path: Path, database_url: str, tenant: uuid.UUID) -> Iterator[Wo
 
 
 def agent_dir(tmp_path: Path, turns: str) -> Path:
-    folder = tmp_path / "agent"
-    folder.mkdir()
-    (folder / "worktools.py").write_text(TOOLS)
-    (folder / "script.toml").write_text(turns)
-    (folder / "agent.toml").write_text(
-        'name = "worker-test"\nmodel = "scripted:script.toml"\ntools = ["worktools:TOOLS"]\n'
-    )
-    return folder
+    agent = 'name = "worker-test"\nmodel = "scripted:script.toml"\ntools = ["worktools:TOOLS"]\n'
+    return write_agent(
+        tmp_path / "agent", agent=agent, script=turns, tools={"worktools": TOOLS}
+    ).parent
 
 
 def executions(folder: Path) -> collections.Counter[str]:

@@ -4,8 +4,7 @@ request rewrites that never reach history, scratch lifetime."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from hango import (
     ModelRequest,
     ModelResponse,
     Request,
-    ScriptedModel,
     State,
     TextBlock,
     ToolCallRequest,
@@ -30,16 +28,12 @@ from hango import (
     tool,
 )
 from hango.agent.definition import AgentDefinition
-from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import RecordingModel, new_state
 from hango.tool import ToolRegistry, error_result
 
 pytestmark = pytest.mark.anyio
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 class Recorder:
@@ -243,17 +237,6 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-class Recording:
-    def __init__(self, turns: list[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
-
-
 async def test_request_rewrite_is_absent_from_saved_history(tmp_path: Path) -> None:
     class Rewriter:
         name = "rewriter"
@@ -267,7 +250,7 @@ async def test_request_rewrite_is_absent_from_saved_history(tmp_path: Path) -> N
             call = attrs.evolve(req.call, input={"key": "rewritten"})
             return await next(attrs.evolve(req, call=call))
 
-    model = Recording(
+    model = RecordingModel(
         [{"tool_calls": [{"name": "lookup", "input": {"key": "original"}}]}, {"text": "done"}]
     )
     async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'h.db'}") as store:
@@ -298,7 +281,7 @@ async def test_scratch_is_empty_at_every_batch_start_and_never_persisted(tmp_pat
             req.state.scratch.setdefault("calls", []).append(req.call.id)
             return await next(req)
 
-    model = Recording(
+    model = RecordingModel(
         [
             {"tool_calls": [{"name": "lookup", "input": {"key": "a"}}] * 2},
             {"tool_calls": [{"name": "lookup", "input": {"key": "b"}}]},

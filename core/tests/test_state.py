@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from hango import State, StateError, Todo, dump_state, load_private, load_state, store_private
 from hango.agent.state import STATE_VERSION, load_run_state, new_run_state
+from hango.testing import new_state
 
 
 @attrs.define
@@ -31,10 +32,6 @@ class Budget:
 class Seen:
     paths: list[str] = attrs.Factory(list)
     last: str | None = None
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 def test_three_middlewares_round_trip_through_json_text() -> None:

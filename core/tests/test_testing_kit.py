@@ -109,14 +109,14 @@ async def test_a_strict_recording_model_refuses_an_invalid_request() -> None:
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_fake_anthropic_serves_in_order_and_refuses_what_the_api_refuses() -> None:
     server = FakeAnthropic([anthropic_answer("Hello.", calls=[("t1", "look", {"path": "a"})])])
-    async with server.model(max_retries=0) as model:
-        ok = Request(model="claude-test", messages=(Message.user("hi"),))
-        response = await accumulate(model.stream(ok))
-        assert response.message.text == "Hello."
-        assert response.message.tool_uses == (ToolUseBlock("t1", "look", {"path": "a"}),)
-        bad = Request(model="claude-test", messages=(Message.user("hi"), ORPHAN))
-        with pytest.raises(ModelError, match="answers no call") as caught:
-            await accumulate(model.stream(bad))
+    model = server.model(max_retries=0)
+    ok = Request(model="claude-test", messages=(Message.user("hi"),))
+    response = await accumulate(model.stream(ok))
+    assert response.message.text == "Hello."
+    assert response.message.tool_uses == (ToolUseBlock("t1", "look", {"path": "a"}),)
+    bad = Request(model="claude-test", messages=(Message.user("hi"), ORPHAN))
+    with pytest.raises(ModelError, match="answers no call") as caught:
+        await accumulate(model.stream(bad))
     assert caught.value.status == 400
     assert len(server.requests) == 2 and server.bodies[0]["messages"][0]["role"] == "user"
     assert server.problems == [
@@ -128,10 +128,8 @@ async def test_fake_anthropic_serves_in_order_and_refuses_what_the_api_refuses()
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_fake_openai_serves_a_streamed_answer() -> None:
     server = FakeOpenAI([openai_answer("Hi there.")])
-    async with server.model() as model:
-        response = await accumulate(
-            model.stream(Request(model="g", messages=(Message.user("hi"),)))
-        )
+    model = server.model()
+    response = await accumulate(model.stream(Request(model="g", messages=(Message.user("hi"),))))
     assert response.message.text == "Hi there."
     assert server.bodies[0]["stream"] is True
 

@@ -15,8 +15,8 @@ claude/streaming) and ``openai_answer`` / ``openai_stream``
 ::
 
     server = FakeAnthropic([anthropic_answer("Hello.")])
-    async with server.model() as model:       # an AnthropicModel on the fake server
-        finished = await ...                  # a run with model=model
+    model = server.model()                    # an AnthropicModel on the fake server
+    ...                                       # a run with model=model
     assert server.bodies[0]["messages"][0]["role"] == "user"
 
 Needs the ``anthropic`` / ``openai`` extras (their SDKs bring ``httpx2``).
@@ -24,9 +24,8 @@ Needs the ``anthropic`` / ``openai`` extras (their SDKs bring ``httpx2``).
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -60,7 +59,6 @@ class Served:
 
 
 Answer = Served | httpx2.Response
-Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 def sse(events: Sequence[tuple[str | None, object]]) -> bytes:
@@ -252,31 +250,32 @@ def openai_answer(text: str) -> Served:
 class FakeServer:
     """The handler of an ``httpx2.MockTransport``: answers the requests in order with
     ``answers`` (each a ``Served`` or an ``httpx2.Response``), or every request with
-    ``answers(request)`` when it is a callable (which may raise ``httpx2.ConnectError`` and
-    the like). Keeps ``requests``; ``bodies`` are their JSON bodies.
+    ``answers(request)`` when it is a callable (which may also raise, e.g.
+    ``httpx2.ConnectError``). Keeps ``requests``; ``bodies`` are their JSON bodies.
+    ``anthropic_model()`` and ``openai_model()`` are hango models whose SDK client it serves.
 
     Raises ``AssertionError`` (seen by the SDK as a transport failure, and by the test in
     ``unexpected``) for a request beyond the last answer."""
 
-    def __init__(self, answers: Sequence[Answer] | Handler = ()) -> None:
-        self.answers: Sequence[Answer] | Handler = answers if callable(answers) else list(answers)
+    def __init__(self, answers: Sequence[Answer] | Callable[[httpx2.Request], Answer] = ()):
+        self.handler = answers if callable(answers) else None
+        self.answers: list[Answer] = [] if callable(answers) else list(answers)
         self.requests: list[httpx2.Request] = []
         self.unexpected: list[httpx2.Request] = []
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(request)
-        refused = self.refuse(request)
-        if refused is not None:
-            return refused
-        if callable(self.answers):
-            return self.answers(request)
-        if len(self.requests) > len(self.answers):
-            self.unexpected.append(request)
-            raise AssertionError(f"request {len(self.requests)} has no answer: {request.url}")
-        answer = self.answers[len(self.requests) - 1]
+        answer = self.refuse(request)
+        if answer is None and self.handler is not None:
+            answer = self.handler(request)
+        elif answer is None:
+            if len(self.requests) > len(self.answers):
+                self.unexpected.append(request)
+                raise AssertionError(f"request {len(self.requests)} has no answer: {request.url}")
+            answer = self.answers[len(self.requests) - 1]
         return answer.response() if isinstance(answer, Served) else answer
 
-    def refuse(self, request: httpx2.Request) -> httpx2.Response | None:
+    def refuse(self, request: httpx2.Request) -> Answer | None:
         """An answer refusing ``request`` before it is served, or None (a subclass's rules)."""
         return None
 
@@ -288,59 +287,60 @@ class FakeServer:
         """An ``httpx2.AsyncClient`` whose requests this server answers."""
         return httpx2.AsyncClient(transport=httpx2.MockTransport(self))
 
+    def anthropic_model(
+        self, name: str = "claude-test", *, base_delay: float = 0.001, **options: Any
+    ) -> AnthropicModel:
+        """An ``AnthropicModel`` on this server (an ``anthropic.AsyncAnthropic`` client with
+        this server's transport); retries wait ``base_delay`` seconds; ``options`` go to
+        ``AnthropicModel`` (``max_retries``, ``thinking``)."""
+        import anthropic
+
+        from hango.provider.anthropic import AnthropicModel
+
+        client = anthropic.AsyncAnthropic(api_key="test-key", http_client=self.client())
+        return AnthropicModel(client, name, base_delay=base_delay, **options)
+
+    def openai_model(
+        self, name: str = "gpt-test", *, base_delay: float = 0.001, **options: Any
+    ) -> OpenAIChatModel:
+        """An ``OpenAIChatModel`` on this server (an ``openai.AsyncOpenAI`` client with this
+        server's transport); ``options`` go to ``OpenAIChatModel``."""
+        import openai
+
+        from hango.provider.openai import OpenAIChatModel
+
+        client = openai.AsyncOpenAI(api_key="test-key", http_client=self.client())
+        return OpenAIChatModel(client, name, base_delay=base_delay, **options)
+
 
 class FakeAnthropic(FakeServer):
     """A fake Messages API. ``strict`` (default): a request whose history breaks Anthropic's
     rules (``wire_problems``) is answered 400 ``invalid_request_error`` naming the problems,
-    which are also kept in ``problems``."""
+    which are also kept in ``problems``. ``model()`` is ``anthropic_model()``."""
 
-    def __init__(self, answers: Sequence[Answer] | Handler = (), *, strict: bool = True) -> None:
+    def __init__(
+        self,
+        answers: Sequence[Answer] | Callable[[httpx2.Request], Answer] = (),
+        *,
+        strict: bool = True,
+    ) -> None:
         super().__init__(answers)
         self.strict = strict
         self.problems: list[str] = []
 
-    def refuse(self, request: httpx2.Request) -> httpx2.Response | None:
+    def refuse(self, request: httpx2.Request) -> Answer | None:
         if not self.strict or not request.url.path.endswith("/messages"):
             return None
         problems = wire_problems(json.loads(request.content))
         if not problems:
             return None
         self.problems.extend(problems)
-        return anthropic_error(400, "invalid_request_error", "; ".join(problems)).response()
+        return anthropic_error(400, "invalid_request_error", "; ".join(problems))
 
-    def sdk(self, http: httpx2.AsyncClient | None = None) -> Any:
-        """An ``anthropic.AsyncAnthropic`` client on this server."""
-        import anthropic
-
-        return anthropic.AsyncAnthropic(api_key="test-key", http_client=http or self.client())
-
-    @contextlib.asynccontextmanager
-    async def model(
-        self, name: str = "claude-test", *, base_delay: float = 0.001, **options: Any
-    ) -> AsyncIterator[AnthropicModel]:
-        """An ``AnthropicModel`` on this server (retries wait ``base_delay`` seconds); its HTTP
-        client is closed on exit. ``options`` go to ``AnthropicModel``."""
-        from hango.provider.anthropic import AnthropicModel
-
-        async with self.client() as http:
-            yield AnthropicModel(self.sdk(http), name, base_delay=base_delay, **options)
+    model = FakeServer.anthropic_model
 
 
 class FakeOpenAI(FakeServer):
-    """A fake Chat Completions API."""
+    """A fake Chat Completions API. ``model()`` is ``openai_model()``."""
 
-    def sdk(self, http: httpx2.AsyncClient | None = None) -> Any:
-        """An ``openai.AsyncOpenAI`` client on this server."""
-        import openai
-
-        return openai.AsyncOpenAI(api_key="test-key", http_client=http or self.client())
-
-    @contextlib.asynccontextmanager
-    async def model(
-        self, name: str = "gpt-test", *, base_delay: float = 0.001, **options: Any
-    ) -> AsyncIterator[OpenAIChatModel]:
-        """An ``OpenAIChatModel`` on this server; its HTTP client is closed on exit."""
-        from hango.provider.openai import OpenAIChatModel
-
-        async with self.client() as http:
-            yield OpenAIChatModel(self.sdk(http), name, base_delay=base_delay, **options)
+    model = FakeServer.openai_model
