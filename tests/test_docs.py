@@ -51,3 +51,21 @@ def test_the_docs_hold_nothing_of_one_machine_or_one_team() -> None:
         text = doc.read_text(encoding="utf-8")
         assert "/work/" not in text, f"{doc.name} holds a path of one machine"
         assert "the lead commits" not in text.lower(), f"{doc.name} holds notes about one team"
+
+
+def test_the_index_links_every_page() -> None:
+    """docs/index.md is the way in: every page under docs/ is linked from it, and the pages sit
+    in the four folders of their kind."""
+    index = REPO / "docs" / "index.md"
+    linked = {
+        (index.parent / target).resolve()
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", index.read_text(encoding="utf-8"))
+    }
+    for doc in sorted((REPO / "docs").rglob("*.md")):
+        if doc == index:
+            continue
+        where = doc.relative_to(REPO / "docs")
+        assert where.parts[0] in {"tutorial", "how-to", "reference", "explanation"}, (
+            f"docs/{where} is in none of tutorial/, how-to/, reference/, explanation/"
+        )
+        assert doc.resolve() in linked, f"docs/index.md does not link docs/{where}"
