@@ -372,7 +372,7 @@ input = {{ label = "s{i}" }}
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # both: tests/store
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)  # both: tests/store
 async def test_five_sigterm_hand_backs_are_no_attempts_and_the_run_then_completes(
     store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
 ) -> None:
@@ -425,7 +425,7 @@ text = "done"
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # both: tests/store
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)  # both: tests/store
 async def test_a_worker_paused_past_its_lease_writes_nothing_to_the_run_another_completed(
     store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
 ) -> None:
@@ -537,7 +537,7 @@ async def test_every_backend_terminated_twice_under_two_workers_loses_fails_and_
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_a_worker_waits_for_a_database_that_is_not_there_yet_or_goes_away(
     store: RunStore,
     database_url: str,
@@ -578,7 +578,7 @@ async def test_a_worker_waits_for_a_database_that_is_not_there_yet_or_goes_away(
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_a_worker_gives_up_on_the_database_after_hango_db_wait_seconds(
     database_url: str, tenant: uuid.UUID, database_link: Any, tmp_path: Path
 ) -> None:

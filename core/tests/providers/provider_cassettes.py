@@ -45,15 +45,14 @@ from hango.provider import (
     RedactedThinkingBlock,
     Request,
     ServerBlock,
-    StopReason,
     TextBlock,
     ThinkingBlock,
     ToolChoice,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
-    Usage,
 )
+from hango.provider.messages import StopReason, Usage
 from hango.testing.providers import Served, anthropic_stream, openai_stream
 
 CASSETTES = Path(__file__).parent / "cassettes"

@@ -13,7 +13,8 @@ hango in it. docs/how-to/test-a-middleware.md shows them at work.
 - Providers over the real SDK clients (needs the ``anthropic`` / ``openai`` extras):
   ``FakeAnthropic``, ``FakeOpenAI`` and the answers they serve (``hango.testing.providers``).
 - Processes: ``write_agent``, ``HangoCli``, ``kill_when``, ``hango_executable``.
-- Databases: ``run_sql``, ``scratch_database``, ``postgres_admin_url``.
+- Databases: ``run_sql``, ``scratch_database``, ``postgres_admin_url``, ``DatabaseLink`` (a
+  proxy that cuts the connections to PostgreSQL and lets them in again).
 - Plugins: ``assert_installed``.
 """
 
@@ -30,6 +31,7 @@ from hango.testing.databases import (
     scratch_database,
     sqlite_url,
 )
+from hango.testing.faults import DatabaseLink
 from hango.testing.harness import (
     KilledRun,
     RecordingModel,
@@ -90,6 +92,7 @@ __all__ = [
     "CLI_TENANT",
     "LOCAL_POSTGRES",
     "CountedTool",
+    "DatabaseLink",
     "FakeAnthropic",
     "FakeOpenAI",
     "FakeServer",

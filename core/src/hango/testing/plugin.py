@@ -20,6 +20,8 @@ Fixtures:
 - ``agent_dir``: ``agent_dir(agent=..., script=..., tools={...})`` writes an agent into
   ``tmp_path`` (``write_agent``) and returns the agent file's path.
 - ``hango_cli``: a ``HangoCli`` in ``tmp_path`` on ``tmp_path / "hango.db"``.
+- ``database_link``: a ``DatabaseLink`` (a proxy to the test server, listening) whose
+  ``cut()`` / ``restore()`` make the database go away and come back (asyncio or trio).
 - ``tool_box``: a new ``ToolBox``. Every ``ToolBox`` (module-level ones too) is emptied before
   each test.
 
@@ -33,11 +35,14 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+import anyio
 import pytest
 
 from hango.testing.cli import HangoCli, write_agent
 from hango.testing.databases import NoServer, ScratchDatabases, run_sql, sqlite_url
+from hango.testing.faults import DatabaseLink
 from hango.testing.tools import ToolBox, clear_all_boxes
 
 if TYPE_CHECKING:
@@ -133,3 +138,13 @@ def hango_cli(tmp_path: Path) -> HangoCli:
 @pytest.fixture
 def tool_box() -> ToolBox:
     return ToolBox()
+
+
+@pytest.fixture
+async def database_link(postgres_admin_url: str) -> AsyncIterator[DatabaseLink]:
+    target = urlsplit(postgres_admin_url)
+    async with anyio.create_task_group() as tg:
+        link = DatabaseLink(tg, target.hostname or "127.0.0.1", target.port or 5432)
+        await link.restore()
+        yield link
+        tg.cancel_scope.cancel()
