@@ -1,7 +1,7 @@
-"""docs/how-to/write-a-middleware-plugin.md, done as a new user would: its files are written out, the plugin is
-built into a wheel and installed (into a folder of its own, put on PYTHONPATH), an agent file
-lists it, and the real ``hango`` command runs it, resumes a queued run and runs one under a
-worker. Each step checks what the middleware wrote."""
+"""docs/how-to/write-a-middleware-plugin.md, done as a new user would: its files are written
+out, the plugin is built into a wheel and installed (into a folder of its own, put on
+PYTHONPATH), an agent file lists it, and the real ``hango`` command runs it, resumes a queued
+run and runs one under a worker. Each step checks what the middleware wrote."""
 
 from __future__ import annotations
 
