@@ -37,7 +37,16 @@ def test_python_example_runs(where: str, code: str, tmp_path: Path) -> None:
     assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
+#: Pages whose links are checked too (their examples are each distribution's own).
+LINKED = [
+    *DOCS,
+    *sorted(REPO.glob("plugins/*/README.md")),
+    REPO / "bench" / "README.md",
+    *sorted((REPO / "examples").rglob("README.md")),
+]
+
+
+@pytest.mark.parametrize("doc", LINKED, ids=[str(d.relative_to(REPO)) for d in LINKED])
 def test_relative_links_resolve(doc: Path) -> None:
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
         assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"

@@ -6,16 +6,28 @@ alone."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 import hango_todo
-from hango import Message, ModelError, Request, RunStatus, TextBlock, ToolResultBlock, ToolUseBlock
+from hango import (
+    STACK_ORDER,
+    Message,
+    ModelError,
+    Request,
+    RunStatus,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from hango.agent.stack import StackConfig
 from hango.provider.model import accumulate
 from hango.testing import (
     FakeAnthropic,
@@ -197,6 +209,18 @@ def test_assert_installed_returns_the_placement_and_names_a_wrong_distribution()
     assert placed.name == "todo"
     with pytest.raises(AssertionError, match="todo comes from"):
         assert_installed("todo", "hango-other", hango_todo, middleware="todo")
+
+
+def test_assert_installed_places_a_name_of_the_plugins_own_in_the_agent_slot(
+    install: Callable[..., None],
+) -> None:
+    install("hango-shout", "shout", "shout")
+    module = importlib.import_module("hangotest_hango_shout")
+    config = StackConfig(agent_middleware=("shout",))
+    placed = assert_installed("shout", "hango-shout", module, middleware="shout", config=config)
+    assert placed.slot == STACK_ORDER.index("agent")
+    with pytest.raises(AssertionError, match="only available to agents"):
+        assert_installed("shout", "hango-shout", module, middleware="shout")
 
 
 # -- the pytest plugin, in a session outside the repository ---------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 from types import ModuleType
 
-from hango.agent.stack import STACK_ORDER, Placement, StackConfig, discover
+from hango.agent.stack import AGENT_SLOT, STACK_ORDER, Placement, StackConfig, discover
 from hango.plugins import make_plugin_manager
 
 
@@ -20,7 +20,8 @@ def assert_installed(
     """Check that distribution ``dist`` is installed and declares the ``hango`` entry point
     ``plugin = <module>``, that the plugin manager loads it from there (the module itself,
     with the distribution's name and version), and that the stack built for ``config``
-    places the middleware named ``middleware`` in its ``STACK_ORDER`` slot. Returns that
+    places the middleware named ``middleware`` in its ``STACK_ORDER`` slot (the ``agent`` slot
+    for a name of the plugin's own, which ``config.agent_middleware`` must list). Returns that
     placement, for the test's own checks of its capabilities and options.
 
     Raises ``AssertionError`` naming what differs."""
@@ -35,5 +36,12 @@ def assert_installed(
     assert pm.distribution_of(plugin) == (dist, version)
     placed = [p for p in discover(config or StackConfig(), pm) if p.name == middleware]
     assert len(placed) == 1, f"the stack holds {len(placed)} middlewares named {middleware!r}"
-    assert placed[0].slot == STACK_ORDER.index(middleware)
+    # A name of the plugin's own runs in the agent slot (when the agent lists it).
+    slot = middleware if middleware in STACK_ORDER else AGENT_SLOT
+    assert placed[0].slot is not None, (
+        f"{middleware} is only available to agents: list it in config.agent_middleware"
+    )
+    assert placed[0].slot == STACK_ORDER.index(slot), (
+        f"{middleware} is in slot {placed[0].slot}, not {STACK_ORDER.index(slot)} ({slot})"
+    )
     return placed[0]
