@@ -39,13 +39,13 @@ def recording_span(
 
 
 PLUGIN_MODULE = """
-import hango
+import hango.middleware
 
 class Mw:
     name = {name!r}
     {methods}
 
-@hango.hookimpl
+@hango.middleware.hookimpl
 def hango_middleware(config):
     return Mw()
 """

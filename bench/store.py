@@ -46,7 +46,9 @@ from typing import IO
 
 import anyio
 
-from hango import AgentDefinition, Harness, Message, RunStatus, State, TextBlock, Todo, dump_state
+from hango import AgentDefinition, Harness, Message, RunStatus, TextBlock
+from hango.agent.state import dump_state
+from hango.middleware import State, Todo
 from hango.store import RunStore, open_store
 from hango.testing import hango_executable, scratch_database
 

@@ -50,7 +50,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import INVALID_SPAN
 
 from bench.chain import PassBoth, echo, header, loop_runner, measure, new_state
-from hango import Chain, telemetry
+from hango import telemetry
+from hango.agent import spans
+from hango.agent.chain import Chain
 from hango.provider.messages import Message, Request, ToolResultBlock
 from hango.provider.model import Accumulator
 from hango.provider.scripted import ScriptedModel
@@ -109,28 +111,37 @@ class _Nothing:
 
 _NOTHING = _Nothing()
 _NO_CHAT = contextlib.nullcontext(_NOTHING)
-_STUBBED = {
-    "tracer": _NOTHING,
-    "chat_span": lambda *args, **kwargs: _NO_CHAT,
-    "tool_span": lambda *args, **kwargs: _NO_CHAT,
-    "before_run_duration": _NOTHING,
-    "tool_short_circuits": _NOTHING,
-    "repeat_blocked": _NOTHING,
-    "operation_duration": _NOTHING,
-    "token_usage": _NOTHING,
+_STUBBED: dict[Any, dict[str, Any]] = {
+    telemetry: {
+        "tracer": _NOTHING,
+        "before_run_duration": _NOTHING,
+        "tool_short_circuits": _NOTHING,
+        "repeat_blocked": _NOTHING,
+        "operation_duration": _NOTHING,
+        "token_usage": _NOTHING,
+    },
+    spans: {
+        "chat_span": lambda *args, **kwargs: _NO_CHAT,
+        "tool_span": lambda *args, **kwargs: _NO_CHAT,
+    },
 }
 
 
 @contextlib.contextmanager
 def instrumentation_off() -> Iterator[None]:
-    saved = {name: getattr(telemetry, name) for name in _STUBBED}
-    for name, stub in _STUBBED.items():
-        setattr(telemetry, name, stub)
+    saved = {
+        (module, name): getattr(module, name)
+        for module, stubs in _STUBBED.items()
+        for name in stubs
+    }
+    for module, stubs in _STUBBED.items():
+        for name, stub in stubs.items():
+            setattr(module, name, stub)
     try:
         yield
     finally:
-        for name, value in saved.items():
-            setattr(telemetry, name, value)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
 
 
 def off(run: Case) -> Case:

@@ -17,21 +17,10 @@ import attrs
 import jsonschema
 import pytest
 
-from hango import (
-    Message,
-    StackConfig,
-    State,
-    TextBlock,
-    ToolCallRequest,
-    ToolHandler,
-    ToolResult,
-    ToolResultBlock,
-    ToolUseBlock,
-    default_stack,
-    hookimpl,
-    make_plugin_manager,
-    open_store,
-)
+from hango import Message, TextBlock, ToolResult, ToolResultBlock, ToolUseBlock, open_store
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, State, ToolCallRequest, ToolHandler, hookimpl
+from hango.plugins import make_plugin_manager
 from hango.provider.messages import Request
 from hango.provider.model import accumulate
 from hango_repair import INTERRUPTED

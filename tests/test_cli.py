@@ -574,7 +574,7 @@ def _script(folder: Path) -> Path:
 def test_the_hint_starts_hango_the_way_that_works_here(
     tmp_path: Path, uv: bool, where: str, on_path: bool, expected: list[str]
 ) -> None:
-    from hango.resume_hint import command, invocation
+    from hango.cli.resume_hint import command, invocation
 
     project = tmp_path / "project"
     venv = _script(project / ".venv")

@@ -20,8 +20,6 @@ from click.testing import CliRunner
 
 from conftest import Install
 from hango import (
-    AGENT_SLOT,
-    STACK_ORDER,
     AgentDefinition,
     ConfigError,
     Harness,
@@ -30,13 +28,14 @@ from hango import (
     RunNotResumable,
     RunStatus,
     ScriptedModel,
-    StackConfig,
     Usage,
-    make_plugin_manager,
-    resolve_stack,
 )
+from hango.agent.stack import AGENT_SLOT, STACK_ORDER
 from hango.cli import main
 from hango.config import DEFAULT_TENANT
+from hango.discovery import resolve_stack
+from hango.middleware import StackConfig
+from hango.plugins import make_plugin_manager
 from hango.provider.events import MessageStop, StreamEvent, TextDelta
 from hango.provider.messages import Request, StopReason
 from hango.run.worker import Worker
@@ -47,7 +46,7 @@ from hango.testing import hango_executable
 #: call, before calling on: the file lists each call's chain from the outside in.
 TRACER = """
 import os
-import hango
+import hango.middleware
 
 class Tracer:
     name = {name!r}
@@ -57,7 +56,7 @@ class Tracer:
             f.write(self.name + "\\n")
         return await next(req)
 
-@hango.hookimpl
+@hango.middleware.hookimpl
 def hango_middleware(config):
     return Tracer()
 """
@@ -478,7 +477,10 @@ async def test_usage_is_kept_by_a_failed_run_and_summed_across_resumes(
 def test_a_plugin_hook_that_raises_or_returns_no_middleware_names_itself(
     install: Install, tmp_path: Path
 ) -> None:
-    body = "import hango\n\n@hango.hookimpl\ndef hango_middleware(config):\n    return {ret}\n"
+    body = (
+        "import hango.middleware\n\n@hango.middleware.hookimpl\n"
+        "def hango_middleware(config):\n    return {ret}\n"
+    )
     install("hango-odd", "odd", "x", body=body.format(ret="'not a middleware'"))
     with pytest.raises(PluginError) as info:
         resolve_stack(StackConfig(), make_plugin_manager(env={}))
@@ -491,7 +493,7 @@ def test_a_plugin_hook_that_raises_is_one_line_at_the_command_line(
     install: Install, tmp_path: Path
 ) -> None:
     body = (
-        "import hango\n\n@hango.hookimpl\ndef hango_middleware(config):\n"
+        "import hango.middleware\n\n@hango.middleware.hookimpl\ndef hango_middleware(config):\n"
         "    raise ValueError('bad wiring')\n"
     )
     install("hango-boom", "boom", "x", body=body)
@@ -519,7 +521,7 @@ def test_a_tool_module_that_fails_at_import_is_one_line(tmp_path: Path, source: 
 
 
 NONE_WRAPPER = """
-import hango
+import hango.middleware
 
 class ReturnsNothing:
     name = "returns_nothing"
@@ -527,7 +529,7 @@ class ReturnsNothing:
     async def wrap_model_call(self, req, next):
         await next(req)
 
-@hango.hookimpl
+@hango.middleware.hookimpl
 def hango_middleware(config):
     return ReturnsNothing()
 """

@@ -19,9 +19,10 @@ import pytest
 from hango import hookspecs
 from hango.agent.definition import AGENT_SCHEMA
 from hango.agent.events import Event
-from hango.agent.stack import STACK_ORDER, StackConfig
+from hango.agent.stack import STACK_ORDER
 from hango.cli import main
-from hango.event_json import event_type
+from hango.cli.jsonl import event_type
+from hango.config import StackConfig
 from hango.plugins import make_plugin_manager
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference"

@@ -11,16 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
-from hango import (
-    RunStatus,
-    State,
-    ToolCallFinished,
-    dump_state,
-    load_private,
-    load_state,
-    store_private,
-    tool,
-)
+from hango import RunStatus, ToolCallFinished, tool
+from hango.agent.state import dump_state, load_state
+from hango.middleware import State, load_private, store_private
 from hango.testing import RecordingModel, agent_harness
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import TodoMiddleware

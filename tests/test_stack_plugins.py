@@ -33,16 +33,15 @@ from hango import (
     Harness,
     RunStatus,
     ScriptedModel,
-    StackConfig,
     TextBlock,
-    Todo,
     ToolCallStarted,
     ToolResultBlock,
-    default_stack,
-    load_state,
-    make_plugin_manager,
 )
+from hango.agent.state import load_state
 from hango.config import DEFAULT_TENANT
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, Todo
+from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import RecordingModel, hango_executable
 from hango_repair import INTERRUPTED

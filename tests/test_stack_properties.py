@@ -10,14 +10,8 @@ import anyio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hango import (
-    Message,
-    Todo,
-    ToolCallRequest,
-    ToolContext,
-    ToolResult,
-    ToolUseBlock,
-)
+from hango import Message, ToolContext, ToolResult, ToolUseBlock
+from hango.middleware import Todo, ToolCallRequest
 from hango.testing import new_state
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import WRITE_TODOS

@@ -54,15 +54,9 @@ from bench.bfcl.replay import ReplayModel, call_id, position
 from bench.bfcl.run import DATA_DIR, Stats, agent_for, bench_settings, parsed_calls
 from bench.bfcl.session import check_session
 from bench.bfcl.tools import build_registry
-from hango import (
-    Harness,
-    Request,
-    RunStatus,
-    RunStore,
-    make_plugin_manager,
-    open_store,
-)
+from hango import Harness, Request, RunStatus, RunStore, open_store
 from hango.config import DEFAULT_TENANT
+from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 
 Phase = Literal["stream", "batch", "effect"]

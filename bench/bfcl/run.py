@@ -46,15 +46,14 @@ from hango import (
     Message,
     RunStatus,
     RunStore,
-    StackConfig,
     ToolCallFinished,
     ToolCallStarted,
     ToolRegistry,
-    default_stack,
-    make_plugin_manager,
     open_store,
 )
-from hango.plugins import PluginManager
+from hango.discovery import default_stack
+from hango.middleware import StackConfig
+from hango.plugins import PluginManager, make_plugin_manager
 from hango_repeat import DEFAULT_THRESHOLD, THRESHOLD_VARIABLE, call_key
 
 #: Where the bench keeps its SQLite files by default (git-ignored).

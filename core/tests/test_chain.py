@@ -11,23 +11,11 @@ from typing import Any
 import attrs
 import pytest
 
-from hango import (
-    Chain,
-    Harness,
-    ModelHandler,
-    ModelRequest,
-    ModelResponse,
-    Request,
-    State,
-    TextBlock,
-    ToolCallRequest,
-    ToolHandler,
-    ToolResult,
-    dump_state,
-    load_state,
-    tool,
-)
+from hango import Harness, ModelResponse, Request, TextBlock, ToolResult, tool
+from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition
+from hango.agent.state import dump_state, load_state
+from hango.middleware import ModelHandler, ModelRequest, State, ToolCallRequest, ToolHandler
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import RecordingModel, new_state

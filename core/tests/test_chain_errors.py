@@ -10,22 +10,24 @@ from typing import Any
 import pytest
 
 from hango import (
-    Chain,
     MiddlewareError,
     ModelError,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     Request,
     RunStatus,
-    State,
     TextBlock,
+    ToolResult,
+    tool,
+)
+from hango.agent.chain import Chain
+from hango.middleware import (
+    ModelHandler,
+    ModelRequest,
+    State,
     ToolCallRequest,
     ToolHandler,
-    ToolResult,
     load_private,
     store_private,
-    tool,
 )
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.testing import agent_harness, new_state

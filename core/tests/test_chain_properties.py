@@ -11,28 +11,22 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hango
-from hango import (
-    STACK_ORDER,
-    Chain,
+import hango.middleware
+from hango import ModelResponse, Request, TextBlock, ToolResult, tool
+from hango.agent.chain import Chain
+from hango.agent.loop import LoopSettings, run_loop
+from hango.agent.stack import AGENT_SLOT, STACK_ORDER
+from hango.agent.state import dump_state, load_state
+from hango.discovery import default_stack
+from hango.middleware import (
     ModelHandler,
     ModelRequest,
-    ModelResponse,
-    Request,
     StackConfig,
     State,
-    TextBlock,
     Todo,
     ToolCallRequest,
     ToolHandler,
-    ToolResult,
-    default_stack,
-    dump_state,
-    load_state,
-    tool,
 )
-from hango.agent.loop import LoopSettings, run_loop
-from hango.agent.stack import AGENT_SLOT
 from hango.plugins import make_plugin_manager
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.provider.scripted import ScriptedModel
@@ -257,7 +251,7 @@ def test_shuffled_registration_gives_the_same_chain(
 
     def plugin(name: str) -> object:
         class P:
-            @hango.hookimpl
+            @hango.middleware.hookimpl
             def hango_middleware(self, config: StackConfig) -> object:
                 return type("Mw", (), {"name": name})()
 

@@ -16,36 +16,38 @@ from typing import Any
 import pytest
 
 from hango import (
-    Chain,
     Decision,
     DecisionRefused,
     Event,
-    Interrupt,
     InterruptRaised,
     Message,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     PendingAction,
     RunFinished,
     RunNotResumable,
     RunStatus,
-    State,
     ToolCallFinished,
-    ToolCallRequest,
     ToolCallStarted,
     ToolContext,
-    ToolHandler,
     ToolResult,
     ToolUseBlock,
-    argument_digest,
     error_result,
-    load_private,
-    store_private,
     tool,
 )
-from hango.agent.interrupt import InterruptError, interrupt_id
+from hango.agent.chain import Chain
+from hango.agent.interrupts.records import InterruptError, interrupt_id
 from hango.agent.state import STATE_VERSION, dump_state, load_state
+from hango.middleware import (
+    Interrupt,
+    ModelHandler,
+    ModelRequest,
+    State,
+    ToolCallRequest,
+    ToolHandler,
+    argument_digest,
+    load_private,
+    store_private,
+)
 from hango.testing import TestHarness, ToolBox, agent_harness
 from hango.testing import saved_history as history
 

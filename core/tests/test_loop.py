@@ -17,12 +17,10 @@ from hango import (
     Harness,
     Message,
     MessageCompleted,
-    Middleware,
     Request,
     RunFinished,
     RunStarted,
     RunStatus,
-    StackConfig,
     StopReason,
     TextDelta,
     ThinkingBlock,
@@ -31,10 +29,11 @@ from hango import (
     ToolResultBlock,
     ToolUseBlock,
     TurnFinished,
-    default_stack,
     tool,
 )
 from hango.agent.definition import AgentDefinition
+from hango.discovery import default_stack
+from hango.middleware import Middleware, StackConfig
 from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore

@@ -15,8 +15,6 @@ import pytest
 from hango import (
     Harness,
     MessageCompleted,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     Request,
     RunStatus,
@@ -25,6 +23,7 @@ from hango import (
     tool,
 )
 from hango.agent.definition import AgentDefinition
+from hango.middleware import ModelHandler, ModelRequest
 from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import RecordingModel

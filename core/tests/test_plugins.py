@@ -8,12 +8,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import hango
 from conftest import Install
-from hango import STACK_ORDER, PluginError, StackConfig, default_stack, make_plugin_manager
-from hango.agent.stack import check_options, discover
+from hango import PluginError
+from hango.agent.stack import STACK_ORDER
 from hango.cli import main
-from hango.plugins import PluginWarning
+from hango.discovery import check_options, default_stack, discover
+from hango.middleware import StackConfig
+from hango.plugins import PluginWarning, make_plugin_manager
 
 
 def test_plugin_installed_through_its_entry_point(install: Install) -> None:
@@ -74,7 +75,10 @@ def test_a_plugin_that_fails_to_load_names_itself(install: Install) -> None:
 
 
 def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
-    body = "import hango\n\n@hango.hookimpl\ndef hango_middlewares(config):\n    return None\n"
+    body = (
+        "import hango.middleware\n\n@hango.middleware.hookimpl\n"
+        "def hango_middlewares(config):\n    return None\n"
+    )
     install("hango-typo", "typo", "x", body=body)
     with pytest.raises(PluginError, match="typo"):
         make_plugin_manager(env={})
@@ -82,7 +86,7 @@ def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
 
 def test_an_options_schema_that_is_not_json_schema_names_its_plugin(install: Install) -> None:
     body = (
-        "import hango\n\n@hango.hookimpl\ndef hango_options_schema():\n"
+        "import hango.middleware\n\n@hango.middleware.hookimpl\ndef hango_options_schema():\n"
         '    return {"sloppy": {"type": "nonsense"}}\n'
     )
     install("hango-sloppy", "sloppy", "x", body=body)
@@ -124,7 +128,7 @@ def test_every_hook_is_documented() -> None:
 
 
 def test_stack_order_is_pinned() -> None:
-    assert hango.STACK_ORDER == (
+    assert STACK_ORDER == (
         "skills", "filesystem", "subagent", "summarization", "repair_tool_calls", "todo",
         "repeat_call", "limits", "agent", "model_fallback", "prompt_cache", "memory",
         "human_in_the_loop", "tool_retry", "tool_allowlist",

@@ -16,8 +16,6 @@ from hango import (
     Message,
     MessageCompleted,
     ModelError,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     Request,
     RunFinished,
@@ -26,13 +24,12 @@ from hango import (
     TextBlock,
     TextDelta,
     ToolCallFinished,
-    ToolCallRequest,
     ToolCallStarted,
-    ToolHandler,
     ToolResult,
     ToolResultBlock,
     tool,
 )
+from hango.middleware import ModelHandler, ModelRequest, ToolCallRequest, ToolHandler
 from hango.provider.events import (
     MessageStop,
     ProviderRetry,
@@ -515,7 +512,7 @@ async def test_the_terminal_marks_a_discarded_attempt() -> None:
 
     from rich.console import Console
 
-    from hango.render import Renderer
+    from hango.cli.render import Renderer
 
     out = io.StringIO()
     renderer = Renderer(Console(file=out, width=100, emoji=False))

@@ -12,8 +12,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from hango import State, StateError, Todo, dump_state, load_private, load_state, store_private
-from hango.agent.state import STATE_VERSION, load_run_state, new_run_state
+from hango import StateError
+from hango.agent.state import STATE_VERSION, dump_state, load_run_state, load_state, new_run_state
+from hango.middleware import State, Todo, load_private, store_private
 from hango.testing import new_state
 
 

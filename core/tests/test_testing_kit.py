@@ -18,7 +18,6 @@ import pytest
 
 import hango_todo
 from hango import (
-    STACK_ORDER,
     Message,
     ModelError,
     Request,
@@ -27,7 +26,8 @@ from hango import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from hango.agent.stack import StackConfig
+from hango.agent.stack import STACK_ORDER
+from hango.config import StackConfig
 from hango.provider.model import accumulate
 from hango.testing import (
     FakeAnthropic,

@@ -47,7 +47,8 @@ import signal
 import time
 from pathlib import Path
 
-from hango import Interrupt, tool
+from hango import tool
+from hango.middleware import Interrupt
 
 HERE = Path(__file__).parent
 
@@ -88,7 +89,7 @@ class KillPoint:
         try:
             return await next(req)
         except Interrupt:
-            if os.environ.get("KILL_AT") == "before-save" and not req.scope.probe:
+            if os.environ.get("KILL_AT") == "before-save" and not req.progress.probe:
                 wait_to_be_killed("before-save")
             raise
 

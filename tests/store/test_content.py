@@ -16,20 +16,18 @@ from hango import (
     AgentDefinition,
     Harness,
     Message,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     RunStatus,
     ScriptedModel,
     TextBlock,
     ToolRegistry,
     ToolUseBlock,
-    store_private,
     tool,
 )
 from hango.agent.middleware import Middleware
 from hango.cli import main
 from hango.config import ConfigError
+from hango.middleware import ModelHandler, ModelRequest, store_private
 from hango.provider.events import (
     MessageStop,
     StreamEvent,

@@ -19,7 +19,7 @@ from psycopg_pool import PoolTimeout
 
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message, TextBlock
-from hango.store import RetryPolicy, StoreUnavailable
+from hango.store import StoreRetryPolicy, StoreUnavailable
 from hango.store.base import RunRecord
 from hango.store.postgres import PostgresRunStore, is_transient
 
@@ -37,7 +37,7 @@ def app_name() -> str:
 
 @pytest.fixture
 async def pg(postgres_url: str, app_name: str) -> AsyncIterator[PostgresRunStore]:
-    store = await PostgresRunStore.open(named(postgres_url, app_name), retry=RetryPolicy(10))
+    store = await PostgresRunStore.open(named(postgres_url, app_name), retry=StoreRetryPolicy(10))
     try:
         yield store
     finally:
@@ -235,7 +235,7 @@ async def test_dead_connections_in_the_pool_are_replaced_before_they_are_used(
     postgres_url: str, postgres_admin_url: str, app_name: str, tenant: uuid.UUID
 ) -> None:
     # No retries at all: only the pool's check can keep the next call from failing.
-    store = await PostgresRunStore.open(named(postgres_url, app_name), retry=RetryPolicy(0))
+    store = await PostgresRunStore.open(named(postgres_url, app_name), retry=StoreRetryPolicy(0))
     async with store:
         (run,) = await queued(store, tenant)
         assert await terminate(postgres_admin_url, app_name) >= 1
@@ -245,7 +245,9 @@ async def test_dead_connections_in_the_pool_are_replaced_before_they_are_used(
 async def test_a_database_away_longer_than_the_retry_time_is_reported_then_recovered_from(
     database_link: Any, postgres_url: str, tenant: uuid.UUID
 ) -> None:
-    store = await PostgresRunStore.open(database_link.url(postgres_url), retry=RetryPolicy(0.5))
+    store = await PostgresRunStore.open(
+        database_link.url(postgres_url), retry=StoreRetryPolicy(0.5)
+    )
     async with store:
         (run,) = await queued(store, tenant)
         database_link.cut()

@@ -21,30 +21,32 @@ from hango import (
     Event,
     Harness,
     Message,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     RunStarted,
     RunStatus,
     ScriptedModel,
-    State,
     StateError,
-    Todo,
-    ToolCallRequest,
-    ToolHandler,
     ToolRegistry,
     ToolResult,
-    dump_state,
-    load_private,
-    load_state,
-    make_plugin_manager,
-    store_private,
     tool,
 )
 from hango.agent.middleware import Middleware
-from hango.agent.stack import StackConfig, default_stack
+from hango.agent.state import dump_state, load_state
+from hango.config import StackConfig
+from hango.discovery import default_stack
+from hango.middleware import (
+    ModelHandler,
+    ModelRequest,
+    State,
+    Todo,
+    ToolCallRequest,
+    ToolHandler,
+    load_private,
+    store_private,
+)
+from hango.plugins import make_plugin_manager
 from hango.run.worker import Worker
-from hango.store import RetryPolicy, RunStore, StoreError, StoreUnavailable, open_store
+from hango.store import RunStore, StoreError, StoreRetryPolicy, StoreUnavailable, open_store
 from hango.store.base import RunRecord
 from hango.store.postgres import PostgresRunStore
 
@@ -631,7 +633,9 @@ async def test_a_worker_cut_off_from_the_database_leaves_its_run_to_be_reclaimed
             await go.wait()
         return f"{label} done"
 
-    worker_store = await PostgresRunStore.open(database_link.url(store_url), retry=RetryPolicy(0.5))
+    worker_store = await PostgresRunStore.open(
+        database_link.url(store_url), retry=StoreRetryPolicy(0.5)
+    )
     harness = Harness(
         worker_store,
         tenant_id=tenant,

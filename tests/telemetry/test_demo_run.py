@@ -13,16 +13,9 @@ from typing import Any
 
 import pytest
 
-from hango import (
-    AgentDefinition,
-    Harness,
-    RunHook,
-    RunStatus,
-    ScriptedModel,
-    StackConfig,
-    default_stack,
-    telemetry,
-)
+from hango import AgentDefinition, Harness, RunStatus, ScriptedModel, telemetry
+from hango.discovery import default_stack
+from hango.middleware import RunHook, StackConfig
 from hango.store.sqlite import SqliteRunStore
 
 pytestmark = pytest.mark.anyio

@@ -12,17 +12,8 @@ from typing import Any
 import attrs
 import pytest
 
-from hango import (
-    ModelHandler,
-    ModelRequest,
-    ModelResponse,
-    ScriptedModel,
-    ToolCallRequest,
-    ToolHandler,
-    ToolResult,
-    telemetry,
-    tool,
-)
+from hango import ModelResponse, ScriptedModel, ToolResult, telemetry, tool
+from hango.middleware import ModelHandler, ModelRequest, ToolCallRequest, ToolHandler
 from hango.testing import agent_harness
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,8 @@ from typing import Any
 import attrs
 import pytest
 
-from hango import ModelHandler, ModelRequest, ModelResponse, RunStatus, ScriptedModel, tool
+from hango import ModelResponse, RunStatus, ScriptedModel, tool
+from hango.middleware import ModelHandler, ModelRequest
 from hango.testing import agent_harness
 
 pytestmark = pytest.mark.anyio

@@ -17,22 +17,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hango import (
-    RunStatus,
-    StackConfig,
-    State,
-    TextBlock,
-    Todo,
-    ToolCallRequest,
-    ToolContext,
-    ToolHandler,
-    ToolResult,
-    default_stack,
-    telemetry,
-    tool,
-)
+from hango import RunStatus, TextBlock, ToolContext, ToolResult, telemetry, tool
 from hango.agent.middleware import Middleware
 from hango.agent.state import load_state
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, State, Todo, ToolCallRequest, ToolHandler
 from hango.testing import agent_harness
 from hango.tool import Tool
 
@@ -225,7 +214,7 @@ async def test_an_exception_quoting_content_fails_the_run_not_privacy(
     ],
 )
 def test_content_capture_is_on_only_when_asked(value: str, on: bool) -> None:
-    from hango.telemetry_content import CAPTURE_VARIABLE, capture_enabled
+    from hango.agent.span_content import CAPTURE_VARIABLE, capture_enabled
 
     assert capture_enabled({CAPTURE_VARIABLE: value}) is on
     assert capture_enabled({}) is False

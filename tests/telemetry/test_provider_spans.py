@@ -134,12 +134,12 @@ async def test_openai_chat_span_names_server_and_response(
 
 
 def test_default_ports_follow_the_scheme() -> None:
-    from hango import telemetry
+    from hango.agent import spans
 
     class Remote:
         base_url = "https://api.anthropic.com"
 
-    assert telemetry.model_attributes(Remote()) == {
+    assert spans.model_attributes(Remote()) == {
         "gen_ai.provider.name": "hango.Remote",
         "server.address": "api.anthropic.com",
         "server.port": 443,

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import StatusCode
 
 from hango import telemetry
-from hango.telemetry_setup import Providers, build_providers
+from hango.telemetry.setup import Providers, build_providers
 
 REPO = Path(__file__).resolve().parents[2]
 

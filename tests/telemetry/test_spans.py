@@ -20,15 +20,13 @@ from hango import (
     Request,
     RunStatus,
     ScriptedModel,
-    State,
-    Todo,
     ToolContext,
     ToolResult,
     error_result,
-    load_private,
     telemetry,
     tool,
 )
+from hango.middleware import State, Todo, load_private
 from hango.provider.events import StreamEvent
 from hango.testing import agent_harness
 from hango.tool import Tool

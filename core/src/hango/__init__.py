@@ -1,12 +1,16 @@
 """hango: an agent harness in which every feature is a middleware.
 
-The public names: messages and models (``hango.provider``), tools (``hango.tool``), the
-middleware contract and chain (``hango.agent``), plugins (``hango.hookspecs``), runs and
-stores (``hango.run``, ``hango.store``).
+This is the application's API: run agents (``Harness``, ``AgentDefinition``, the stores), the
+models and messages they exchange, the tools they call, the events a run emits, the decisions
+a person makes on a suspended run, and the errors raised to the caller. A middleware author's
+API is ``hango.middleware``. Every name is listed, one line each, in docs/reference/api.md;
+anything not exported here or there lives in a module whose path may change.
 """
 
-from hango.agent.chain import Chain, MiddlewareError
-from hango.agent.decisions import DecisionRefused
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+from hango.agent.blame import MiddlewareError
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     AttemptDiscarded,
@@ -21,39 +25,11 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
-from hango.agent.interrupt import (
-    Decision,
-    Interrupt,
-    InterruptError,
-    PendingAction,
-    argument_digest,
-)
-from hango.agent.loop import LoopSettings, held_calls, run_loop
-from hango.agent.middleware import (
-    Middleware,
-    ModelHandler,
-    ModelRequest,
-    ModelWrapper,
-    PromptContributor,
-    RunHook,
-    ToolCallRequest,
-    ToolHandler,
-    ToolProvider,
-    ToolWrapper,
-)
-from hango.agent.stack import AGENT_SLOT, STACK_ORDER, StackConfig, default_stack, resolve_stack
-from hango.agent.state import (
-    State,
-    StateError,
-    Todo,
-    dump_state,
-    load_private,
-    load_state,
-    store_private,
-)
+from hango.agent.interrupts.decide import DecisionRefused
+from hango.agent.interrupts.records import Decision, PendingAction
+from hango.agent.state import StateError
 from hango.config import ConfigError
-from hango.hookspecs import hookimpl
-from hango.plugins import PluginError, make_plugin_manager
+from hango.plugins import PluginError
 from hango.provider import (
     JSON,
     Block,
@@ -79,48 +55,39 @@ from hango.provider import (
     model_from_spec,
 )
 from hango.run import Decided, Harness, RunNotResumable
-from hango.store import RunStore, open_store
+from hango.store import RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("hango")
+except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
-    "AGENT_SLOT",
     "JSON",
-    "STACK_ORDER",
     "AgentDefinition",
     "AgentFileError",
     "AttemptDiscarded",
     "Block",
-    "Chain",
     "ConfigError",
     "Decided",
     "Decision",
     "DecisionRefused",
     "Event",
     "Harness",
-    "Interrupt",
-    "InterruptError",
     "InterruptRaised",
-    "LoopSettings",
     "Message",
     "MessageCompleted",
-    "Middleware",
     "MiddlewareError",
     "Model",
     "ModelError",
-    "ModelHandler",
-    "ModelRequest",
     "ModelResponse",
     "ModelSpecError",
-    "ModelWrapper",
     "PendingAction",
     "PluginError",
-    "PromptContributor",
     "ProviderRetry",
     "Request",
     "RunFinished",
-    "RunHook",
     "RunNotResumable",
     "RunStarted",
     "RunStatus",
@@ -128,45 +95,28 @@ __all__ = [
     "ScriptError",
     "ScriptedModel",
     "ServerBlock",
-    "StackConfig",
-    "State",
     "StateError",
     "StopReason",
+    "StoreError",
     "TextBlock",
     "TextDelta",
     "ThinkingBlock",
-    "Todo",
     "TodosUpdated",
     "Tool",
     "ToolCallFinished",
-    "ToolCallRequest",
     "ToolCallStarted",
     "ToolChoice",
     "ToolContext",
-    "ToolHandler",
-    "ToolProvider",
     "ToolRegistry",
     "ToolResult",
     "ToolResultBlock",
     "ToolSpec",
     "ToolUseBlock",
     "ToolView",
-    "ToolWrapper",
     "TurnFinished",
     "Usage",
-    "argument_digest",
-    "default_stack",
-    "dump_state",
     "error_result",
-    "held_calls",
-    "hookimpl",
-    "load_private",
-    "load_state",
-    "make_plugin_manager",
     "model_from_spec",
     "open_store",
-    "resolve_stack",
-    "run_loop",
-    "store_private",
     "tool",
 ]

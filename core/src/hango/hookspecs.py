@@ -5,16 +5,16 @@ A feature plugin is a distribution that declares an entry point in the ``hango``
     [project.entry-points.hango]
     todo = "hango_todo"
 
-and implements hooks with ``hango.hookimpl``. Example plugin module::
+and implements hooks with ``hango.middleware.hookimpl``. Example plugin module::
 
-    import hango
+    from hango.middleware import StackConfig, hookimpl
 
     class TodoMiddleware:
         name = "todo"
         ...
 
-    @hango.hookimpl
-    def hango_middleware(config: hango.StackConfig) -> TodoMiddleware:
+    @hookimpl
+    def hango_middleware(config: StackConfig) -> TodoMiddleware:
         return TodoMiddleware()
 
 Pluggy only DISCOVERS middleware: the order of the chain is ``hango.agent.stack.STACK_ORDER``,
@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from hango.config import StackConfig
+
 if TYPE_CHECKING:
     import click
 
     from hango.agent.middleware import Middleware
-    from hango.agent.stack import StackConfig
 
 PROJECT = "hango"
 
@@ -48,8 +49,8 @@ def hango_middleware(config: StackConfig) -> Middleware | Sequence[Middleware] |
         ``HANGO_*`` settings (deployment-wide defaults), the agent's ``middleware`` list and its
         ``[options.<name>]`` tables. A plugin reads its table with ``config.options(name)``
         (already validated against the schema from ``hango_options_schema``), falls back to
-        ``config.settings``, and raises ``hango.ConfigError`` naming the variable when one is
-        invalid.
+        ``config.settings``, and raises ``hango.middleware.ConfigError`` naming the variable
+        when one is invalid.
 
     A returned middleware's ``name`` is either a pinned slot of ``STACK_ORDER``, which it fills
     whenever the plugin is installed, or a name of the plugin's own, which runs in the
@@ -69,7 +70,7 @@ def hango_options_schema() -> Mapping[str, Mapping[str, Any]] | None:
     a run is recorded; an error names the agent file, the table and the field. A table for a
     middleware that declares no schema is refused. Example::
 
-        @hango.hookimpl
+        @hookimpl
         def hango_options_schema() -> dict[str, Any]:
             return {"audit_log": {
                 "type": "object",

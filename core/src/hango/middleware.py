@@ -2,7 +2,8 @@
 
 A plugin imports from two places only: ``hango`` (messages, models, tools, errors shared with
 applications) and this module (the contract a middleware implements and the helpers it calls).
-Where a name lives inside hango is private and may move; these names do not.
+Where a name lives inside hango is private and may move; these names do not. Each one is
+listed, with one line, in docs/reference/api.md.
 
 - Capabilities: ``Middleware`` (the marker: a ``name``), ``ModelWrapper``, ``ToolWrapper``,
   ``RunHook``, ``ToolProvider``, ``PromptContributor``.
@@ -15,15 +16,17 @@ Where a name lives inside hango is private and may move; these names do not.
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
   ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
-- Settings: ``StackConfig`` (the hook's argument), ``int_setting`` for ``HANGO_*`` defaults.
+- Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
+  ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
   attribute names it takes.
 - Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``.
-- Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` hooks.
+- Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
+  ``hango_cli_commands`` hooks.
 """
 
-from hango.agent.chain import STATE_SCOPES, MiddlewareError, StateScope
-from hango.agent.interrupt import (
+from hango.agent.blame import MiddlewareError
+from hango.agent.interrupts.records import (
     DECISIONS,
     Decision,
     DecisionType,
@@ -45,10 +48,18 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
-from hango.agent.stack import StackConfig
-from hango.agent.state import State, StateError, Todo, TodoStatus, load_private, store_private
+from hango.agent.state import (
+    STATE_SCOPES,
+    State,
+    StateError,
+    StateScope,
+    Todo,
+    TodoStatus,
+    load_private,
+    store_private,
+)
 from hango.agent.storable import replace_lone_surrogates, storable_result
-from hango.config import ConfigError, int_setting
+from hango.config import ConfigError, StackConfig, duration_setting, float_setting, int_setting
 from hango.hookspecs import hookimpl
 from hango.telemetry import (
     ERROR_TYPE,
@@ -100,6 +111,8 @@ __all__ = [
     "ToolProvider",
     "ToolWrapper",
     "argument_digest",
+    "duration_setting",
+    "float_setting",
     "held_calls",
     "hookimpl",
     "int_setting",

@@ -15,9 +15,9 @@ from rich.console import Console
 
 from hango import AgentDefinition, AgentFileError
 from hango.agent.events import RunFinished, RunStatus
+from hango.cli.render import Renderer, retry_line, usage_text
 from hango.convert import message_from_json, message_to_json
 from hango.provider import Message, ProviderRetry, ServerBlock, TextBlock, ToolChoice, Usage
-from hango.render import Renderer, retry_line, usage_text
 
 CITATION = {
     "type": "web_search_result_location",

@@ -22,7 +22,6 @@ from hango import (
     AgentDefinition,
     Event,
     Harness,
-    ModelRequest,
     ModelResponse,
     RunStatus,
     TextDelta,
@@ -33,6 +32,7 @@ from hango import (
     tool,
 )
 from hango.agent.middleware import ModelHandler
+from hango.middleware import ModelRequest
 from hango.provider import ProviderRetry, Usage
 from hango.provider.openai import OpenAIChatModel
 from hango.store.sqlite import SqliteRunStore

@@ -13,7 +13,7 @@ from hango.config import ConfigError
 from hango.provider import Model, ModelSpecError, model_from_spec
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.openai import OpenAIChatModel
-from hango.provider.retry import RetryPolicy, retry_after_seconds
+from hango.provider.retry import ProviderRetryPolicy, retry_after_seconds
 
 ANTHROPIC_ENV = (
     "ANTHROPIC_API_KEY",
@@ -109,7 +109,7 @@ def test_retries_are_set_by_hango_model_retries(
 
 
 def test_backoff_doubles_from_the_base_delay_up_to_the_cap() -> None:
-    policy = RetryPolicy(max_retries=6, base_delay=0.5, max_delay=3.0)
+    policy = ProviderRetryPolicy(max_retries=6, base_delay=0.5, max_delay=3.0)
     assert [policy.delay(n, None) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
     assert policy.delay(1, 2.5) == 2.5  # the server's retry-after wins
     assert policy.delay(1, 90.0) == 3.0  # but never beyond the cap

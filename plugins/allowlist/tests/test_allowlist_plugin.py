@@ -14,29 +14,31 @@ from opentelemetry.trace import Span
 
 import hango_allowlist
 from hango import (
-    STACK_ORDER,
     Message,
-    ModelHandler,
-    ModelRequest,
     ModelResponse,
     Request,
-    StackConfig,
-    State,
     StopReason,
     TextBlock,
     Tool,
-    ToolCallRequest,
     ToolContext,
-    ToolHandler,
     ToolResult,
     ToolSpec,
     ToolUseBlock,
     Usage,
-    default_stack,
-    make_plugin_manager,
     telemetry,
     tool,
 )
+from hango.agent.stack import STACK_ORDER
+from hango.discovery import default_stack
+from hango.middleware import (
+    ModelHandler,
+    ModelRequest,
+    StackConfig,
+    State,
+    ToolCallRequest,
+    ToolHandler,
+)
+from hango.plugins import make_plugin_manager
 from hango.testing import RecordingModel, agent_harness, assert_installed, new_state
 from hango_allowlist import ToolAllowlistMiddleware
 

@@ -17,13 +17,11 @@ from hango import (
     DecisionRefused,
     RunFinished,
     RunStatus,
-    StackConfig,
-    ToolCallRequest,
-    ToolHandler,
     ToolResult,
-    make_plugin_manager,
 )
-from hango.agent.stack import check_options
+from hango.discovery import check_options
+from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
+from hango.plugins import make_plugin_manager
 from hango.testing import RecordingModel, ToolBox, agent_harness, assert_installed
 from hango.testing import saved_history as history
 from hango_allowlist import ToolAllowlistMiddleware

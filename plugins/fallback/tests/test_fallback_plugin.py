@@ -17,24 +17,23 @@ from opentelemetry.trace import Span
 
 import hango_fallback
 from hango import (
-    STACK_ORDER,
     AgentDefinition,
     ConfigError,
     Harness,
     Message,
     ModelError,
-    ModelRequest,
     Request,
     RunStatus,
     ScriptedModel,
-    StackConfig,
     TextDelta,
     ToolRegistry,
-    make_plugin_manager,
     telemetry,
 )
 from hango.agent.chain import Chain
-from hango.agent.stack import check_options
+from hango.agent.stack import STACK_ORDER
+from hango.discovery import check_options
+from hango.middleware import ModelRequest, StackConfig
+from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.provider.model import accumulate
 from hango.store.sqlite import SqliteRunStore

@@ -8,16 +8,9 @@ from collections.abc import Callable
 import httpx2
 import pytest
 
-from hango import (
-    Message,
-    Model,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    Request,
-    ScriptedModel,
-)
+from hango import Message, Model, ModelError, ModelResponse, Request, ScriptedModel
 from hango.agent.chain import Chain
+from hango.middleware import ModelRequest
 from hango.provider.model import accumulate
 from hango.testing import FakeServer, Served, anthropic_error, new_state
 from hango_fallback import ModelFallbackMiddleware

@@ -25,14 +25,12 @@ from hango import (
     Decision,
     RunFinished,
     RunStatus,
-    StackConfig,
-    ToolCallRequest,
-    ToolHandler,
     ToolResult,
     telemetry,
     tool,
 )
-from hango.agent.stack import check_options
+from hango.discovery import check_options
+from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import (

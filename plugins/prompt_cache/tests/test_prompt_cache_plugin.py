@@ -17,18 +17,14 @@ from opentelemetry.trace import Span
 
 import hango_prompt_cache
 from hango import (
-    STACK_ORDER,
     AgentDefinition,
     ConfigError,
     Harness,
     Message,
-    ModelRequest,
     ModelResponse,
     Request,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    State,
     StateError,
     StopReason,
     TextBlock,
@@ -38,11 +34,13 @@ from hango import (
     ToolSpec,
     ToolUseBlock,
     Usage,
-    make_plugin_manager,
     telemetry,
 )
 from hango.agent.chain import Chain
-from hango.agent.stack import check_options
+from hango.agent.stack import STACK_ORDER
+from hango.discovery import check_options
+from hango.middleware import ModelRequest, StackConfig, State
+from hango.plugins import make_plugin_manager
 from hango.provider.messages import Block
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import Killed, ToolBox, assert_installed, kill_and_resume, new_state

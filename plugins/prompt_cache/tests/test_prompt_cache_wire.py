@@ -14,15 +14,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from hango import (
-    AgentDefinition,
-    Model,
-    Request,
-    RunStatus,
-    State,
-    TextBlock,
-    tool,
-)
+from hango import AgentDefinition, Model, Request, RunStatus, TextBlock, tool
+from hango.middleware import State
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.events import StreamEvent
 from hango.provider.openai import OpenAIChatModel

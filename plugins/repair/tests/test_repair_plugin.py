@@ -21,17 +21,16 @@ from hango import (
     Message,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    State,
     TextBlock,
     Tool,
     ToolCallStarted,
     ToolResultBlock,
     ToolUseBlock,
-    default_stack,
-    make_plugin_manager,
     tool,
 )
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, State
+from hango.plugins import make_plugin_manager
 from hango.testing import (
     RecordingModel,
     TestHarness,

@@ -18,21 +18,17 @@ from hango import (
     Harness,
     RunStatus,
     ScriptedModel,
-    StackConfig,
-    State,
     StateError,
     Tool,
-    ToolCallRequest,
     ToolResult,
     ToolUseBlock,
-    default_stack,
-    dump_state,
-    load_private,
-    load_state,
-    make_plugin_manager,
     telemetry,
     tool,
 )
+from hango.agent.state import dump_state, load_state
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, State, ToolCallRequest, load_private
+from hango.plugins import make_plugin_manager
 from hango.testing import agent_harness, assert_installed, new_state
 from hango_repeat import (
     RepeatCallMiddleware,

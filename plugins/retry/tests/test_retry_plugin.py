@@ -19,16 +19,11 @@ from opentelemetry.trace import Span
 
 import hango_retry
 from hango import (
-    STACK_ORDER,
-    Chain,
     ConfigError,
     Decision,
     RunStatus,
-    StackConfig,
     Tool,
-    ToolCallRequest,
     ToolContext,
-    ToolHandler,
     ToolResult,
     ToolSpec,
     ToolUseBlock,
@@ -36,8 +31,11 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.chain import MiddlewareError
-from hango.agent.stack import check_options
+from hango.agent.blame import MiddlewareError
+from hango.agent.chain import Chain
+from hango.agent.stack import STACK_ORDER
+from hango.discovery import check_options
+from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import HangoCli, agent_harness, assert_installed, kill_when, new_state

@@ -16,18 +16,15 @@ from opentelemetry.trace import Span
 import hango_todo
 from hango import (
     Message,
-    StackConfig,
-    State,
     TextBlock,
-    Todo,
     ToolContext,
     ToolResultBlock,
     ToolUseBlock,
-    default_stack,
-    dump_state,
-    load_state,
-    make_plugin_manager,
 )
+from hango.agent.state import dump_state, load_state
+from hango.discovery import default_stack
+from hango.middleware import StackConfig, State, Todo
+from hango.plugins import make_plugin_manager
 from hango.testing import RecordingModel, agent_harness, assert_installed, new_state
 from hango_todo import WRITE_TODOS, TodoMiddleware, render_plan
 

@@ -19,7 +19,7 @@ from typing import TypeAlias
 
 from attrs import frozen
 
-from hango.agent.interrupt import PendingAction
+from hango.agent.interrupts.records import PendingAction
 from hango.agent.state import Todo
 from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage

@@ -14,7 +14,7 @@ what the model said, but is never sent back, and neither is a blank text block. 
 cut off by ``max_tokens`` is never executed: its arguments may be incomplete, so it is answered
 with an error result saying so.
 
-A middleware may pause a call for a person's decision (``hango.agent.interrupt``). The call does
+A middleware may pause a call for a person's decision (``hango.agent.interrupts``). The call does
 not run and leaves no trace in the state; the batch's later calls do not run either, but are
 asked whether they would pause too; the loop then returns ``suspended`` with the questions in
 ``state.interrupts``. Resumed with decisions, the batch goes on from the paused call.
@@ -33,6 +33,7 @@ import jsonschema
 from attrs import frozen
 
 from hango import telemetry
+from hango.agent import spans
 from hango.agent.chain import Chain
 from hango.agent.events import (
     AttemptDiscarded,
@@ -45,16 +46,15 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
-from hango.agent.interrupt import (
-    CallScope,
+from hango.agent.interrupts.records import (
     Interrupt,
     InterruptError,
     PendingAction,
+    StartedCall,
     argument_digest,
-    outcome_unknown,
-    raised,
 )
-from hango.agent.middleware import ModelRequest, ToolCallRequest
+from hango.agent.interrupts.trace import raised
+from hango.agent.middleware import CallProgress, ModelRequest, ToolCallRequest
 from hango.agent.state import State
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS, storable_message, storable_result
 from hango.provider.events import ProviderRetry, StreamEvent
@@ -271,7 +271,7 @@ async def run_loop(
     stop_reason: StopReason | None = None
     attempts = _Attempts()
 
-    model_attributes = telemetry.model_attributes(model)
+    model_attributes = spans.model_attributes(model)
 
     async def call_model(mreq: ModelRequest) -> ModelResponse:
         req, called, target = mreq.request, mreq.model, model_attributes
@@ -280,11 +280,11 @@ async def run_loop(
         elif called is not model:
             # A wrapper swapped the model for this call: the request and the chat span name
             # the model actually called (its class when it has no name: never the run's).
-            target = telemetry.model_attributes(called)
+            target = spans.model_attributes(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
         if attempts.start():
             await emit(AttemptDiscarded(turns + 1))
-        with telemetry.chat_span(req, target) as chat:
+        with spans.chat_span(req, target) as chat:
             acc = Accumulator()
             async with _closing(called.stream(req)) as stream:
                 async for event in stream:
@@ -298,7 +298,7 @@ async def run_loop(
             return response
 
     async def execute(treq: ToolCallRequest) -> ToolResult:
-        call, tool, scope = treq.call, treq.tool, treq.scope
+        call, tool, scope = treq.call, treq.tool, treq.progress
         if scope.probe:
             raise _WouldRun
         if tool is None:
@@ -330,12 +330,12 @@ async def run_loop(
         return await tool.call(arguments, ToolContext(treq.state, call))
 
     async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
-        scope = CallScope(tools)
+        scope = CallProgress(tools)
         undo = _Undo(state)
-        with telemetry.tool_span(call) as span:
+        with spans.tool_span(call) as span:
             try:
                 result = await chain.tool_call(
-                    ToolCallRequest(call, tools.get(call.name), state, scope=scope), execute
+                    ToolCallRequest(call, tools.get(call.name), state, progress=scope), execute
                 )
             except Interrupt as pause:
                 undo()
@@ -354,7 +354,7 @@ async def run_loop(
         # tool; whatever the chain did to the state is undone.
         undo = _Undo(state)
         probe = ToolCallRequest(
-            call, tools.get(call.name), state, scope=CallScope(tools, probe=True)
+            call, tools.get(call.name), state, progress=CallProgress(tools, probe=True)
         )
         try:
             await chain.tool_call(probe, execute)
@@ -455,7 +455,7 @@ async def run_loop(
             parallel_tool_calls=settings.parallel_tool_calls,
             server_tools=settings.server_tools,
         )
-        with telemetry.tracer.start_as_current_span("turn", attributes={"hango.turn": turns + 1}):
+        with telemetry.tracer.start_as_current_span("turn", attributes={telemetry.TURN: turns + 1}):
             response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
             if attempts.discarded_by(response):
                 await emit(AttemptDiscarded(turns + 1))
@@ -501,7 +501,18 @@ class _Undo:
         self.state.todos = self.todos
 
 
-def _check_pause(pause: Interrupt, scope: CallScope) -> None:
+def outcome_unknown(call: ToolUseBlock, started: StartedCall) -> ToolResult:
+    """The error result of a call that started and whose result was never saved."""
+    return error_result(
+        "Outcome unknown: tool %r started at %s but the run stopped before its result was "
+        "saved, so it may or may not have taken effect. It was not run again; check its effect "
+        "before calling it again.",
+        call.name,
+        started.started_at,
+    )
+
+
+def _check_pause(pause: Interrupt, scope: CallProgress) -> None:
     if scope.executed:
         action = pause.action
         raise InterruptError(

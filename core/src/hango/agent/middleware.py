@@ -27,11 +27,44 @@ from typing import Protocol, runtime_checkable
 import attrs
 from attrs import field, frozen
 
-from hango.agent.interrupt import DECISIONS, CallScope, Decision, ask
+from hango.agent.interrupts import trace
+from hango.agent.interrupts.records import (
+    DECISIONS,
+    Decision,
+    Interrupt,
+    InterruptError,
+    PendingAction,
+    argument_digest,
+    interrupt_id,
+    now_iso,
+)
 from hango.agent.state import State
 from hango.provider.messages import JSON, Request, TextBlock, ToolUseBlock
 from hango.provider.model import Model, ModelResponse
 from hango.tool.base import Tool, ToolResult
+
+
+class CallProgress:
+    """What the chain did with one tool call in this pass; shared by every rewrite of the
+    call's ``ToolCallRequest`` (``attrs.evolve`` keeps it) and never persisted.
+
+    ``executed``: the innermost handler was reached. ``decided``: the call proceeds on a
+    person's decision. ``started``: this pass recorded the call as started (a wrapper's retry
+    may run it again; a start left by an earlier pass may not). ``answers``: the decisions read
+    in this pass, by interrupt id, so a wrapper's retry sees the same answer. ``probe``: the
+    loop only asks whether the call would pause; the innermost handler must not run it.
+    ``tools``: the run's tools by name (what an edit to another tool resolves against).
+    """
+
+    __slots__ = ("answers", "decided", "executed", "probe", "started", "tools")
+
+    def __init__(self, tools: Mapping[str, Tool] | None = None, *, probe: bool = False) -> None:
+        self.tools: Mapping[str, Tool] = tools or {}
+        self.probe = probe
+        self.executed = False
+        self.decided = False
+        self.started = False
+        self.answers: dict[str, Decision] = {}
 
 
 @frozen
@@ -61,14 +94,14 @@ class ModelRequest:
 class ToolCallRequest:
     """One tool call as the chain sees it; ``tool`` is None for a name no tool answers to.
 
-    ``scope`` is the call's per-pass bookkeeping (``hango.agent.interrupt.CallScope``): the
+    ``progress`` is the call's per-pass bookkeeping (``CallProgress``): the
     loop makes one per call and ``attrs.evolve`` carries it to every rewrite of the request.
     """
 
     call: ToolUseBlock
     tool: Tool | None
     state: State
-    scope: CallScope = field(factory=CallScope, eq=False, repr=False, kw_only=True)
+    progress: CallProgress = field(factory=CallProgress, eq=False, repr=False, kw_only=True)
 
     def interrupt(
         self,
@@ -93,22 +126,55 @@ class ToolCallRequest:
         suspended. Only valid before this call ran: asked after ``next`` reached the tool, it
         raises ``InterruptError`` naming the middleware (as it does for unknown decisions).
         """
-        return ask(
-            self,
-            middleware,
-            name,
-            reason=reason,
-            decisions=decisions,
-            request=request,
-            call=call,
+        allowed = tuple(decisions)
+        unknown = [d for d in allowed if d not in DECISIONS]
+        if not allowed or unknown:
+            raise InterruptError(
+                f"middleware {middleware!r}: interrupt {name!r} allows decisions "
+                f"{list(allowed)}; give a non-empty list of {', '.join(DECISIONS)}"
+            )
+        asked = call or self.call
+        progress, book = self.progress, self.state.interrupts
+        action_id = interrupt_id(self.state.run_id, self.call.id, middleware, name)
+        digest = argument_digest(asked.name, asked.input)
+        known = progress.answers.get(action_id)
+        if known is not None and known.digest == digest:
+            return known  # asked again in this pass (a wrapper's retry): the same answer, once
+        entry = book.find(action_id)
+        if entry is not None and entry.decision is not None and entry.digest == digest:
+            progress.answers[action_id] = entry.decision
+            progress.decided = True
+            trace.resumed(entry, entry.decision)
+            return entry.decision
+        if progress.executed:
+            raise InterruptError(
+                f"middleware {middleware!r} raised interrupt {name!r} for tool call "
+                f"{self.call.id!r} ({self.call.name}) after the call ran; an interrupt must come "
+                "before calling next"
+            )
+        raise Interrupt(
+            PendingAction(
+                id=action_id,
+                tool_call_id=self.call.id,
+                tool=asked.name,
+                input=asked.input,
+                digest=digest,
+                decisions=allowed,  # type: ignore[arg-type]  # checked above
+                middleware=middleware,
+                name=name,
+                reason=reason,
+                asked_at=now_iso(),
+                request=request,
+                outcome_unknown=self.call.id in book.started,
+            )
         )
 
     def with_call(self, call: ToolUseBlock) -> ToolCallRequest:
         """This request for ``call`` instead (an edit): ``tool`` is the run's tool of that name
-        (None if there is none), the scope is kept."""
+        (None if there is none), its progress is kept."""
         if call.name == self.call.name:
             return attrs.evolve(self, call=call)
-        return attrs.evolve(self, call=call, tool=self.scope.tools.get(call.name))
+        return attrs.evolve(self, call=call, tool=self.progress.tools.get(call.name))
 
 
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]

@@ -17,19 +17,23 @@ plan); a middleware's private value belongs to the run, unless the middleware's 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, Final, Literal, TypeVar
 
 import cattrs
 from attrs import define, field, frozen
 from cattrs.v import format_exception
 
 from hango import telemetry
-from hango.agent.interrupt import Interrupts
+from hango.agent.interrupts.records import InterruptBook
 from hango.convert import CONVERTER, json_value
 from hango.provider.messages import JSON, Message, Usage
 
 T = TypeVar("T")
+
+StateScope = Literal["run", "session"]
+#: The values a middleware's ``state_scope`` class attribute may take ("run" if absent).
+STATE_SCOPES: Final[tuple[StateScope, ...]] = ("run", "session")
 
 #: Version of the ``runs.state_json`` document written by ``dump_state`` (2: ``interrupts``).
 STATE_VERSION = 2
@@ -54,7 +58,7 @@ class State:
     its JSON value. ``usage`` is the run's token usage so far: the loop adds each model call's
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
     across resumes. ``interrupts`` holds the run's pending actions, decisions and started
-    calls (``hango.agent.interrupt``). ``scratch`` is per-batch working data: the loop clears it
+    calls (``hango.agent.interrupts``). ``scratch`` is per-batch working data: the loop clears it
     after every tool batch and it is never persisted.
     """
 
@@ -66,7 +70,7 @@ class State:
     todos: list[Todo] = field(factory=list)
     private: dict[str, JSON] = field(factory=dict)
     usage: Usage = field(factory=Usage)
-    interrupts: Interrupts = field(factory=Interrupts)
+    interrupts: InterruptBook = field(factory=InterruptBook)
     scratch: dict[str, Any] = field(factory=dict)
 
 
@@ -195,7 +199,7 @@ class _Document:
     todos: list[Todo] = field(factory=list)
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
-    interrupts: Interrupts = field(factory=Interrupts)
+    interrupts: InterruptBook = field(factory=InterruptBook)
 
 
 def load_state(doc: JSON) -> State:
@@ -287,3 +291,22 @@ def new_run_state(
     state.todos = list(before.todos)
     state.private = {k: v for k, v in before.private.items() if k in session_scoped}
     return state
+
+
+def state_scope_problem(middleware: object) -> str | None:
+    """What is wrong with ``middleware``'s ``state_scope`` class attribute (one of
+    ``STATE_SCOPES``, "run" if absent), or None; the chain raises it as a ``MiddlewareError``
+    naming the middleware."""
+    scope = getattr(type(middleware), "state_scope", "run")
+    if scope in STATE_SCOPES:
+        return None
+    return f"declares state_scope = {scope!r}; use 'run' or 'session'"
+
+
+def session_scoped(middlewares: Iterable[Any]) -> frozenset[str]:
+    """Names of the middlewares whose class declares ``state_scope = "session"``: their
+    private state carries over to the session's next run (``new_run_state``). Every other
+    middleware's private state is per run (``state_scope = "run"``, the default)."""
+    return frozenset(
+        m.name for m in middlewares if getattr(type(m), "state_scope", "run") == "session"
+    )

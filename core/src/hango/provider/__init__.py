@@ -1,5 +1,6 @@
 """Messages, requests, stream events, the Model protocol and model providers."""
 
+from hango.provider.errors import ModelError, ModelSpecError, ScriptError
 from hango.provider.events import (
     CitationDelta,
     MessageStop,
@@ -31,9 +32,9 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
-from hango.provider.model import Accumulator, Model, ModelError, ModelResponse, accumulate
-from hango.provider.scripted import ScriptedModel, ScriptError
-from hango.provider.select import ModelSpecError, model_from_spec
+from hango.provider.model import Accumulator, Model, ModelResponse, accumulate
+from hango.provider.scripted import ScriptedModel
+from hango.provider.select import model_from_spec
 
 __all__ = [
     "JSON",

@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final, cast
 
-from hango.provider.select import ModelSpecError
+from hango.provider.errors import ModelSpecError
 
 try:
     import anthropic
@@ -72,6 +72,7 @@ except ImportError as exc:  # the SDK is the optional extra
         "anthropic models need the anthropic extra: pip install 'hango[anthropic]'"
     ) from exc
 
+from hango.provider.errors import ModelError
 from hango.provider.events import (
     CitationDelta,
     MessageStop,
@@ -99,10 +100,9 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
-from hango.provider.model import ModelError
 from hango.provider.retry import (
     Failure,
-    RetryPolicy,
+    ProviderRetryPolicy,
     connection_failure,
     is_transient_status,
     request_rejected,
@@ -149,7 +149,7 @@ class AnthropicModel:
         self._client = client.with_options(max_retries=0)
         self.name = name
         self.thinking = thinking
-        self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
+        self.retry = ProviderRetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
     def from_env(

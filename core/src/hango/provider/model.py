@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from attrs import frozen
 
+from hango.provider.errors import ModelError
 from hango.provider.events import (
     CitationDelta,
     MessageStop,
@@ -35,23 +36,6 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
-
-
-class ModelError(Exception):
-    """A model call failed for good (after any retries); the message is the provider's own.
-
-    ``status`` is the HTTP status of the failed attempt (None when no answer arrived or the
-    failure was not an HTTP one). ``transient`` is True when another attempt could have
-    succeeded (429, 529 or another 5xx, a connection failure) and nothing of the call had
-    reached the caller yet: the provider's retries are used up, and a fallback may send the
-    same call to another model. A rejected request (400, a context overflow, 401, ...) and a
-    stream broken after content was delivered are not transient.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None, transient: bool = False):
-        super().__init__(message)
-        self.status = status
-        self.transient = transient
 
 
 @frozen

@@ -61,7 +61,7 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Final, Literal
 
-from hango.provider.select import ModelSpecError
+from hango.provider.errors import ModelSpecError
 
 try:
     import openai
@@ -80,6 +80,7 @@ except ImportError as exc:  # the SDK is the optional extra
         "openai models need the openai extra: pip install 'hango[openai]'"
     ) from exc
 
+from hango.provider.errors import ModelError
 from hango.provider.events import (
     MessageStop,
     StreamEvent,
@@ -98,10 +99,9 @@ from hango.provider.messages import (
     ToolUseBlock,
     Usage,
 )
-from hango.provider.model import ModelError
 from hango.provider.retry import (
     Failure,
-    RetryPolicy,
+    ProviderRetryPolicy,
     connection_failure,
     is_transient_status,
     request_rejected,
@@ -144,7 +144,7 @@ class OpenAIChatModel:
         self._client = client.with_options(max_retries=0)
         self.name = name
         self.max_tokens_field = max_tokens_field
-        self.retry = RetryPolicy(max_retries=max_retries, base_delay=base_delay)
+        self.retry = ProviderRetryPolicy(max_retries=max_retries, base_delay=base_delay)
 
     @classmethod
     def from_env(

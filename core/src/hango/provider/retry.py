@@ -24,7 +24,6 @@ import os
 import re
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
-from typing import Final
 
 import anyio
 import httpx2
@@ -32,13 +31,9 @@ from attrs import frozen
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
+from hango.provider.errors import ModelError
 from hango.provider.events import ProviderRetry, StreamEvent
-from hango.provider.model import ModelError
-
-RETRY_EVENT: Final = "provider.retry"
-STATUS_CODE: Final = "http.response.status_code"
-ATTEMPT: Final = "hango.retry.attempt"
-DELAY_S: Final = "hango.retry.delay_s"
+from hango.telemetry.names import HTTP_STATUS_CODE, PROVIDER_RETRY, RETRY_ATTEMPT, RETRY_DELAY_S
 
 
 @frozen
@@ -119,7 +114,7 @@ def _root_reason(chain: list[BaseException]) -> str:
 
 
 @frozen
-class RetryPolicy:
+class ProviderRetryPolicy:
     """How often and how long to retry: ``max_retries`` further attempts after the first,
     waits in seconds starting at ``base_delay`` and never above ``max_delay``."""
 
@@ -134,15 +129,15 @@ class RetryPolicy:
 
 
 def _record_retry(attempt: int, delay: float, status: int | None) -> None:
-    attributes: dict[str, AttributeValue] = {ATTEMPT: attempt, DELAY_S: delay}
+    attributes: dict[str, AttributeValue] = {RETRY_ATTEMPT: attempt, RETRY_DELAY_S: delay}
     if status is not None:
-        attributes[STATUS_CODE] = status
-    trace.get_current_span().add_event(RETRY_EVENT, attributes)
+        attributes[HTTP_STATUS_CODE] = status
+    trace.get_current_span().add_event(PROVIDER_RETRY, attributes)
 
 
 async def stream_with_retries(
     attempt: Callable[[], AsyncGenerator[StreamEvent, None]],
-    policy: RetryPolicy,
+    policy: ProviderRetryPolicy,
     explain: Callable[[Exception], Failure | None],
     provider: str,
 ) -> AsyncGenerator[StreamEvent, None]:

@@ -28,13 +28,14 @@ import json
 import tomllib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import cattrs
 from attrs import field, frozen
 from cattrs.v import format_exception
 
+from hango.provider.errors import ModelError, ScriptError
 from hango.provider.events import (
     MessageStop,
     RedactedThinking,
@@ -47,11 +48,6 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango.provider.messages import Message, Request, StopReason, Usage
-from hango.provider.model import ModelError
-
-
-class ScriptError(ValueError):
-    """A script file is malformed; the message names the file and the turn index."""
 
 
 @frozen
@@ -123,6 +119,9 @@ def _chunks(text: str, n: int) -> list[str]:
 class ScriptedModel:
     """A ``Model`` that replays ``turns``; raises ``ModelError("script exhausted after N turns")``
     when asked for a turn past the end."""
+
+    #: ``gen_ai.provider.name`` on its spans.
+    provider_name: Final = "hango.scripted"
 
     def __init__(
         self, turns: Sequence[ScriptedTurn], *, delay: float = 0.0, name: str = "scripted"

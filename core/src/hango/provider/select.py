@@ -5,15 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from hango.config import hango_settings, int_setting
+from hango.provider.errors import ModelSpecError
 from hango.provider.model import Model
 
 #: Further attempts after a transient provider failure, unless HANGO_MODEL_RETRIES says otherwise.
 DEFAULT_RETRIES = 4
-
-
-class ModelSpecError(ValueError):
-    """A model spec names no known provider, or its provider cannot be set up (missing extra
-    or API key); the message is one line saying what to set or install."""
 
 
 def model_from_spec(

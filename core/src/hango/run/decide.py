@@ -1,4 +1,5 @@
-"""Recording a person's decisions for a suspended run (``Harness.decide``).
+"""The store side of ``Harness.decide``: load a suspended run, bind the decisions
+(``hango.agent.interrupts.decide``) and save them.
 
 The decisions are written into the run's ``state_json`` (``State.interrupts``) in one save,
 fenced by the run's version, together with the status the run moves to: still ``suspended``
@@ -16,9 +17,10 @@ import attrs
 from attrs import frozen
 
 from hango import telemetry
-from hango.agent.decisions import DecisionRefused, record_decisions
 from hango.agent.events import RunStatus
-from hango.agent.interrupt import Decision, PendingAction, decided
+from hango.agent.interrupts.decide import DecisionRefused, record_decisions
+from hango.agent.interrupts.records import Decision, PendingAction
+from hango.agent.interrupts.trace import decided
 from hango.agent.state import dump_state, load_state
 from hango.store.base import RunRecord, RunStore, StaleVersion
 
@@ -55,7 +57,7 @@ async def decide_run(
     if state is None:
         raise DecisionRefused(f"run {run_id} is {run.status.value}, not waiting for a decision")
     with telemetry.tracer.start_as_current_span(
-        "decide_run", attributes={"hango.run.id": str(run_id)}
+        telemetry.DECIDE_RUN_SPAN, attributes={telemetry.RUN_ID: str(run_id)}
     ):
         done = record_decisions(state.interrupts, decisions, status=run.status.value)
         if not done.recorded:

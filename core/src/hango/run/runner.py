@@ -22,21 +22,15 @@ import attrs
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
-from hango.agent.chain import Chain, MiddlewareError, session_scoped
+from hango.agent import spans
+from hango.agent.blame import MiddlewareError
+from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
-from hango.agent.interrupt import Decision, Interrupt, PendingAction, misplaced
+from hango.agent.interrupts.records import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware
-from hango.agent.stack import (
-    IN_PROCESS,
-    Placement,
-    StackConfig,
-    check_options,
-    discover,
-    in_process,
-    resolve_stack,
-)
+from hango.agent.stack import IN_PROCESS, Placement, in_process
 from hango.agent.state import (
     State,
     StateError,
@@ -44,18 +38,22 @@ from hango.agent.state import (
     load_run_state,
     load_state,
     new_run_state,
+    session_scoped,
 )
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
 from hango.config import (
     DEFAULT_TENANT,
     ConfigError,
     HangoWarning,
+    StackConfig,
     hango_settings,
     int_setting,
 )
+from hango.discovery import check_options, discover, resolve_stack
 from hango.plugins import PluginManager, make_plugin_manager
+from hango.provider.errors import ModelError
 from hango.provider.messages import JSON, Message, StopReason, Usage
-from hango.provider.model import Model, ModelError
+from hango.provider.model import Model
 from hango.run.decide import Decided, decide_run
 from hango.store.base import (
     Lease,
@@ -432,20 +430,22 @@ class Harness:
             f"invoke_agent {agent.name}",
             kind=SpanKind.INTERNAL,
             attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": agent.name,
-                "gen_ai.agent.id": str(run.agent_id),
-                "gen_ai.conversation.id": str(run.session_id),
-                "hango.run.id": str(run_id),
+                telemetry.OPERATION_NAME: "invoke_agent",
+                telemetry.AGENT_NAME: agent.name,
+                telemetry.AGENT_ID: str(run.agent_id),
+                telemetry.CONVERSATION_ID: str(run.session_id),
+                telemetry.RUN_ID: str(run_id),
             },
         ) as span:
             try:
                 chain = self._chain(placements)
-                span.add_event(telemetry.MIDDLEWARE_STACK, {"hango.middleware.names": chain.names})
+                span.add_event(
+                    telemetry.MIDDLEWARE_STACK, {telemetry.MIDDLEWARE_NAMES: chain.names}
+                )
                 model = self._model(run, agent)
                 # The provider's model name (spans, requests), not the agent's spec.
                 model_name = getattr(model, "name", agent.model_spec)
-                telemetry.agent_model(span, telemetry.model_attributes(model), model_name)
+                spans.agent_model(span, spans.model_attributes(model), model_name)
                 registry = self.tools if self.tools is not None else agent.load_tools()
                 view = registry.view(agent.tool_allowlist)
                 await checkpoint(state)
@@ -496,7 +496,7 @@ class Harness:
                     outcome = await saver.finish(state, failed)
             else:
                 outcome = await saver.finish(state, outcome)
-            telemetry.agent_finished(span, outcome.usage, state.messages[run.message_start :])
+            spans.agent_finished(span, outcome.usage, state.messages[run.message_start :])
             suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
                 run_id,

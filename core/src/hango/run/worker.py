@@ -40,7 +40,7 @@ from tenacity import (
 )
 
 from hango.agent.events import RunFinished, RunStatus
-from hango.config import ConfigError, hango_settings
+from hango.config import duration_setting, hango_settings
 from hango.run.runner import Harness
 from hango.store import RunStore, open_store
 from hango.store.base import Lease, LeaseLost, QueueWatch, StaleVersion, StoreUnavailable
@@ -56,16 +56,7 @@ def db_wait_seconds(settings: Mapping[str, str]) -> float | None:
     """``HANGO_DB_WAIT_SECONDS``: how long a worker waits for an unreachable database before
     it gives up (``None``, the default when unset: no limit). ``ConfigError`` if not a number
     of seconds >= 0."""
-    raw = settings.get("HANGO_DB_WAIT_SECONDS") or ""
-    if not raw:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        raise ConfigError(f"HANGO_DB_WAIT_SECONDS must be a number, got {raw!r}") from None
-    if not seconds >= 0:
-        raise ConfigError(f"HANGO_DB_WAIT_SECONDS must be 0 or more seconds, got {raw!r}")
-    return seconds
+    return duration_setting(settings, "HANGO_DB_WAIT_SECONDS", None)
 
 
 def _waiting_for_database(what: str, give_up: float | None) -> AsyncRetrying:

@@ -21,10 +21,10 @@ from hango.store.base import (
     resolve_id,
 )
 from hango.store.migrate import backend_kind
-from hango.store.retry import RetryPolicy
+from hango.store.retry import StoreRetryPolicy
 
 
-async def open_store(url: str, *, retry: RetryPolicy | None = None) -> RunStore:
+async def open_store(url: str, *, retry: StoreRetryPolicy | None = None) -> RunStore:
     """Open the store at ``url``: ``sqlite:///PATH`` (migrated on open) or ``postgresql://...``
     (needs the ``hango[postgres]`` extra). ``retry`` bounds the retries of transient faults
     (default: ``HANGO_DB_RETRY_SECONDS`` from the environment); SQLite has none to retry.
@@ -38,7 +38,7 @@ async def open_store(url: str, *, retry: RetryPolicy | None = None) -> RunStore:
         return await SqliteRunStore.open(url)
     from hango.store.postgres import PostgresRunStore
 
-    policy = retry if retry is not None else RetryPolicy.from_settings(hango_settings())
+    policy = retry if retry is not None else StoreRetryPolicy.from_settings(hango_settings())
     return await PostgresRunStore.open(url, retry=policy)
 
 
@@ -49,13 +49,13 @@ __all__ = [
     "LeaseLost",
     "NotFound",
     "QueueWatch",
-    "RetryPolicy",
     "RunRecord",
     "RunStore",
     "SchemaError",
     "SessionBusy",
     "StaleVersion",
     "StoreError",
+    "StoreRetryPolicy",
     "StoreUnavailable",
     "UnstorableContent",
     "open_store",

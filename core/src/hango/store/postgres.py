@@ -7,7 +7,7 @@ machines (psycopg 3, async, with a ``psycopg_pool`` connection pool; asyncio onl
 is one statement (one round trip), so it is atomic without an explicit transaction.
 
 Transient faults (``is_transient``: the connection was terminated, refused or timed out) are
-retried on a fresh connection for ``RetryPolicy.seconds`` (``hango.store.retry``); the pool
+retried on a fresh connection for ``StoreRetryPolicy.seconds`` (``hango.store.retry``); the pool
 checks a connection before handing it out and discards dead ones. A write whose connection
 died around COMMIT may have been applied, so each write is repeatable: a save or release
 recognises its own ``write_id``, a claim its own lease token, a new run its own id.
@@ -53,7 +53,7 @@ from hango.store.base import (
     storable_json,
     storable_text,
 )
-from hango.store.retry import RetryPolicy, one_line, with_retries
+from hango.store.retry import StoreRetryPolicy, one_line, with_retries
 
 T = TypeVar("T")
 
@@ -191,14 +191,16 @@ class PostgresRunStore:
     """A ``RunStore`` on PostgreSQL. Open with ``await PostgresRunStore.open(url)``;
     ``aclose()`` when done (or ``async with``). Needs the asyncio backend (psycopg)."""
 
-    def __init__(self, pool: AsyncConnectionPool[_Conn], conninfo: str, retry: RetryPolicy) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[_Conn], conninfo: str, retry: StoreRetryPolicy
+    ) -> None:
         self._pool = pool
         self._conninfo = conninfo
         self.retry = retry
 
     @classmethod
     async def open(
-        cls, url: str, *, max_connections: int = 10, retry: RetryPolicy | None = None
+        cls, url: str, *, max_connections: int = 10, retry: StoreRetryPolicy | None = None
     ) -> PostgresRunStore:
         """Connect to ``url`` (``postgresql://...``) with a pool of up to ``max_connections``;
         transient faults of later calls are retried as ``retry`` says (default: 15 s).
@@ -207,7 +209,7 @@ class PostgresRunStore:
         ``hango db upgrade``; ahead: upgrade hango), ``StoreUnavailable`` when the server cannot
         be reached now (a caller may wait and try again: ``hango worker`` does) and
         ``StoreError`` for any other failure to open."""
-        retry = retry or RetryPolicy()
+        retry = retry or StoreRetryPolicy()
         try:
             await anyio.to_thread.run_sync(migrate.check, url)
         except psycopg.Error as exc:

@@ -4,7 +4,7 @@ to retry them.
 A connection terminated under a query (a server restart, ``pg_terminate_backend``, a failover),
 a server that refuses connections for a while, or a pool with no connection to hand out in time
 is not the run's fault. A store retries such a call on a fresh connection, waiting with
-exponential backoff and jitter (tenacity) for at most ``RetryPolicy.seconds``
+exponential backoff and jitter (tenacity) for at most ``StoreRetryPolicy.seconds``
 (``HANGO_DB_RETRY_SECONDS``), then raises ``StoreUnavailable``. Every other failure (a
 constraint, a value the database refuses, a syntax error) is raised at once: retrying it would
 only fail again.
@@ -26,7 +26,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from hango.config import ConfigError
+from hango.config import duration_setting
 from hango.store.base import StoreUnavailable
 
 T = TypeVar("T")
@@ -38,7 +38,7 @@ DEFAULT_RETRY_SECONDS = 15.0
 
 
 @frozen
-class RetryPolicy:
+class StoreRetryPolicy:
     """How long to retry a transient fault: for at most ``seconds`` in all, the first wait
     ``first_wait`` seconds, doubling (with jitter) up to ``max_wait``. ``seconds=0`` tries once.
     """
@@ -48,25 +48,16 @@ class RetryPolicy:
     max_wait: float = 2.0
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, str]) -> RetryPolicy:
+    def from_settings(cls, settings: Mapping[str, str]) -> StoreRetryPolicy:
         """The policy of ``HANGO_DB_RETRY_SECONDS`` (a number of seconds >= 0; default
         ``DEFAULT_RETRY_SECONDS``). Raises ``ConfigError`` naming the variable."""
-        raw = settings.get("HANGO_DB_RETRY_SECONDS") or ""
-        if not raw:
-            return cls()
-        try:
-            seconds = float(raw)
-        except ValueError:
-            raise ConfigError(f"HANGO_DB_RETRY_SECONDS must be a number, got {raw!r}") from None
-        if not 0 <= seconds < float("inf"):
-            raise ConfigError(f"HANGO_DB_RETRY_SECONDS must be 0 or more seconds, got {raw!r}")
-        return cls(seconds)
+        return cls(duration_setting(settings, "HANGO_DB_RETRY_SECONDS", DEFAULT_RETRY_SECONDS))
 
 
 async def with_retries(
     call: Callable[[int], Awaitable[T]],
     *,
-    policy: RetryPolicy,
+    policy: StoreRetryPolicy,
     transient: Callable[[BaseException], bool],
     what: str,
 ) -> T:

@@ -17,9 +17,10 @@ from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, RunFinished
 from hango.agent.middleware import Middleware
 from hango.agent.state import State
+from hango.provider.errors import ModelError
 from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, Request
-from hango.provider.model import Model, ModelError
+from hango.provider.model import Model
 from hango.provider.scripted import ScriptedModel
 from hango.run.runner import Harness
 from hango.store.base import RunRecord, RunStore

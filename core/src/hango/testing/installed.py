@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.metadata
 from types import ModuleType
 
-from hango.agent.stack import AGENT_SLOT, STACK_ORDER, Placement, StackConfig, discover
+from hango.agent.stack import AGENT_SLOT, STACK_ORDER, Placement
+from hango.config import StackConfig
+from hango.discovery import discover
 from hango.plugins import make_plugin_manager
 
 

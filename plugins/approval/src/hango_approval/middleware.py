@@ -63,7 +63,7 @@ class HumanInTheLoopMiddleware:
         policy = self.policies.get(call.name)
         if policy is None or not isinstance(call.input, dict):
             return None  # malformed arguments never run: nothing to approve
-        if (req.tool if call is req.call else req.scope.tools.get(call.name)) is None:
+        if (req.tool if call is req.call else req.progress.tools.get(call.name)) is None:
             return None  # an unknown tool never runs either
         when = policy.when
         if when is None:

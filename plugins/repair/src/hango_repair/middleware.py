@@ -7,9 +7,10 @@ call is missing is dropped, and a history left opening with anything but a user 
 trimmed to its first one (``hango_repair.history``). The model then sees a valid history and
 decides itself whether to call again; an interrupted call is never re-run behind its back.
 
-Calls the resumed run finishes itself are left alone (``hango.held_calls``): the unfinished
-batch of a run suspended for a decision (it goes on with the decisions) and a call recorded as
-started without a result (the loop answers that its outcome is unknown, or asks again).
+Calls the resumed run finishes itself are left alone (``hango.middleware.held_calls``): the
+unfinished batch of a run suspended for a decision (it goes on with the decisions) and a call
+recorded as started without a result (the loop answers that its outcome is unknown, or asks
+again).
 
 A clean history is left exactly as it is (the same list and message objects), so nothing is
 rewritten; a repaired one is saved by the runner's checkpoint right after ``before_run``, which

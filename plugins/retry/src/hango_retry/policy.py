@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from attrs import frozen
 
-from hango.middleware import ConfigError, int_setting
+from hango.middleware import ConfigError, duration_setting, int_setting
 
 #: Transient failures, retried when ``retry_on`` is not set.
 DEFAULT_RETRY_ON: Final = ("TimeoutError", "ConnectionError")
@@ -103,7 +103,9 @@ class RetryPolicy:
         if "max_seconds" in options:
             max_seconds = float(options["max_seconds"])
         else:
-            max_seconds = _seconds(settings, MAX_SECONDS_VARIABLE, defaults.max_seconds)
+            max_seconds = duration_setting(
+                settings, MAX_SECONDS_VARIABLE, defaults.max_seconds, positive=True
+            )
         tools = options.get("tools")
         return cls(
             retry_on,
@@ -133,16 +135,3 @@ def exception_class(name: str, where: str) -> type[BaseException]:
     if not (isinstance(found, type) and issubclass(found, BaseException)):
         raise ConfigError(f"{where}: {name!r} is not an exception class")
     return found
-
-
-def _seconds(settings: Mapping[str, str], name: str, default: float) -> float:
-    raw = settings.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
-    return value

@@ -1,27 +1,9 @@
-"""Interrupts: a middleware pauses a run for a person's decision about one tool call.
+"""The records of interrupts: what was asked, what was decided, which calls started.
 
-From ``wrap_tool_call``, before it calls ``next``, a middleware calls
-``req.interrupt(middleware, name, reason=...)``. The first time, that raises ``Interrupt``: the
-loop records the pending action (``PendingAction``) in the run's state, asks the batch's later
-calls whether they would pause too (without running them), and the run ends the pass as
-``suspended``. Once every pending action has a ``Decision`` (``Harness.decide``), the run goes
-on from the same unfinished batch; the same ``req.interrupt`` call now returns the decision and
-the middleware acts on it.
-
-- ``Interrupt`` is a ``BaseException``: an ``except Exception`` in a wrapper (a retry, an error
-  mapper) cannot turn a pause into an error result, and neither can the chain's innermost guard.
-- Interrupt ids are a UUID5 of (run id, tool call id, middleware, interrupt name): no two runs,
-  agents, parallel calls or middlewares share one, and a resumed pass derives the same id.
-- A decision is bound to the arguments it was given for (``argument_digest`` of tool name and
-  input). It stays readable for its call during one interrupt cycle and is retired once its
-  call starts or gets a result (every call of the batch gets one before the next model call),
-  so it never becomes a standing approval and a call is never run twice on one decision.
-- A call that starts executing under a decision, or a call to a tool that is not idempotent, is
-  recorded as started (``Interrupts.started``) and saved before it runs; a resumed run never
-  runs a started call without a result again unless someone decides so.
-
-Everything here lives in ``State.interrupts`` and is saved with the rest of ``runs.state_json``,
-in the same save as the history.
+``Decision`` (a person's answer), ``PendingAction`` (a question about one tool call and its
+answer), ``StartedCall`` and ``InterruptBook`` (the run's book, ``State.interrupts``), the
+interrupt id and the argument digest a decision is bound to, and the two exceptions:
+``Interrupt`` (the pause) and ``InterruptError`` (a misuse). See ``hango.agent.interrupts``.
 """
 
 from __future__ import annotations
@@ -30,18 +12,11 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from attrs import define, field, frozen
 
-from hango import telemetry
 from hango.provider.messages import JSON, ToolUseBlock
-from hango.tool.base import ToolResult, error_result
-
-if TYPE_CHECKING:
-    from hango.agent.middleware import ToolCallRequest
-    from hango.tool.base import Tool
 
 DecisionType = Literal["approve", "edit", "reject", "respond"]
 
@@ -175,7 +150,7 @@ class StartedCall:
 
 
 @define
-class Interrupts:
+class InterruptBook:
     """The interrupt record of a run (``State.interrupts``), persisted in ``runs.state_json``.
 
     ``pending``: the questions of the current interrupt cycle, answered or not. ``started``:
@@ -222,17 +197,6 @@ class Interrupts:
         self.started.pop(tool_call_id, None)
 
 
-def outcome_unknown(call: ToolUseBlock, started: StartedCall) -> ToolResult:
-    """The error result of a call that started and whose result was never saved."""
-    return error_result(
-        "Outcome unknown: tool %r started at %s but the run stopped before its result was "
-        "saved, so it may or may not have taken effect. It was not run again; check its effect "
-        "before calling it again.",
-        call.name,
-        started.started_at,
-    )
-
-
 class Interrupt(BaseException):
     """The run pauses for a decision about one tool call (``action``).
 
@@ -259,104 +223,3 @@ def misplaced(pause: Interrupt) -> InterruptError:
         f"middleware {action.middleware!r} raised interrupt {action.name!r} outside a tool "
         "call; only wrap_tool_call can pause a run (ToolCallRequest.interrupt)"
     )
-
-
-class CallScope:
-    """What the chain did with one tool call in this pass; shared by every rewrite of the
-    call's ``ToolCallRequest`` (``attrs.evolve`` keeps it) and never persisted.
-
-    ``executed``: the innermost handler was reached. ``decided``: the call proceeds on a
-    person's decision. ``started``: this pass recorded the call as started (a wrapper's retry
-    may run it again; a start left by an earlier pass may not). ``answers``: the decisions read
-    in this pass, by interrupt id, so a wrapper's retry sees the same answer. ``probe``: the
-    loop only asks whether the call would pause; the innermost handler must not run it.
-    ``tools``: the run's tools by name (what an edit to another tool resolves against).
-    """
-
-    __slots__ = ("answers", "decided", "executed", "probe", "started", "tools")
-
-    def __init__(self, tools: Mapping[str, Tool] | None = None, *, probe: bool = False) -> None:
-        self.tools: Mapping[str, Tool] = tools or {}
-        self.probe = probe
-        self.executed = False
-        self.decided = False
-        self.started = False
-        self.answers: dict[str, Decision] = {}
-
-
-def _trace(event: str, action: PendingAction, decision: Decision | None = None) -> None:
-    # Names and ids only: never the arguments, the reason or a decision's text.
-    attributes: dict[str, str] = {
-        telemetry.INTERRUPT_ID: action.id,
-        telemetry.INTERRUPT_NAME: action.name,
-        telemetry.TOOL_NAME: action.tool,
-        telemetry.TOOL_CALL_ID: action.tool_call_id,
-    }
-    if decision is not None:
-        attributes[telemetry.INTERRUPT_DECISION] = decision.type
-    telemetry.record(event, middleware=action.middleware, attributes=attributes)
-
-
-def raised(action: PendingAction) -> None:
-    """Record ``agent.interrupt_raised`` on the current span."""
-    _trace(telemetry.INTERRUPT_RAISED, action)
-
-
-def ask(
-    req: ToolCallRequest,
-    middleware: str,
-    name: str,
-    *,
-    reason: str,
-    decisions: Sequence[str] = DECISIONS,
-    request: JSON = None,
-    call: ToolUseBlock | None = None,
-) -> Decision:
-    """``ToolCallRequest.interrupt``: the decision recorded for this question, or ``Interrupt``."""
-    allowed = tuple(decisions)
-    unknown = [d for d in allowed if d not in DECISIONS]
-    if not allowed or unknown:
-        raise InterruptError(
-            f"middleware {middleware!r}: interrupt {name!r} allows decisions "
-            f"{list(allowed)}; give a non-empty list of {', '.join(DECISIONS)}"
-        )
-    asked = call or req.call
-    scope, book = req.scope, req.state.interrupts
-    action_id = interrupt_id(req.state.run_id, req.call.id, middleware, name)
-    digest = argument_digest(asked.name, asked.input)
-    known = scope.answers.get(action_id)
-    if known is not None and known.digest == digest:
-        return known  # asked again in this pass (a wrapper's retry): the same answer, once
-    entry = book.find(action_id)
-    if entry is not None and entry.decision is not None and entry.digest == digest:
-        scope.answers[action_id] = entry.decision
-        scope.decided = True
-        _trace(telemetry.INTERRUPT_RESUMED, entry, entry.decision)
-        return entry.decision
-    if scope.executed:
-        raise InterruptError(
-            f"middleware {middleware!r} raised interrupt {name!r} for tool call "
-            f"{req.call.id!r} ({req.call.name}) after the call ran; an interrupt must come "
-            "before calling next"
-        )
-    raise Interrupt(
-        PendingAction(
-            id=action_id,
-            tool_call_id=req.call.id,
-            tool=asked.name,
-            input=asked.input,
-            digest=digest,
-            decisions=allowed,  # type: ignore[arg-type]  # checked above
-            middleware=middleware,
-            name=name,
-            reason=reason,
-            asked_at=now_iso(),
-            request=request,
-            outcome_unknown=req.call.id in book.started,
-        )
-    )
-
-
-def decided(action: PendingAction) -> None:
-    """Record ``agent.interrupt_decided`` on the current span for ``action``'s decision."""
-    _trace(telemetry.INTERRUPT_DECIDED, action, action.decision)

@@ -1,4 +1,5 @@
-"""Recording a person's decisions on a run's pending actions (``Harness.decide``).
+"""Binding a person's decisions to the open questions in a run's ``InterruptBook`` (no I/O:
+``hango.run.decide`` reads the run, calls ``record_decisions`` and saves it).
 
 Each decision is bound to the open question about its tool call (the call id and the argument
 digest); all of a request's decisions are recorded, or none. Sending a decision that is already
@@ -12,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from attrs import evolve, frozen
 
-from hango.agent.interrupt import Decision, Interrupts, PendingAction, now_iso
+from hango.agent.interrupts.records import Decision, InterruptBook, PendingAction, now_iso
 
 
 class DecisionRefused(ValueError):
@@ -20,7 +21,7 @@ class DecisionRefused(ValueError):
 
 
 @frozen
-class Recorded:
+class RecordedDecisions:
     """What ``record_decisions`` did: the pending actions it ``recorded`` a decision on, the
     call ids whose identical decision was already there (``unchanged``), and what is still
     ``waiting``."""
@@ -44,8 +45,8 @@ def _already(entries: Iterable[PendingAction], decision: Decision) -> bool:
 
 
 def record_decisions(
-    book: Interrupts, decisions: Mapping[str, Decision], *, status: str = "suspended"
-) -> Recorded:
+    book: InterruptBook, decisions: Mapping[str, Decision], *, status: str = "suspended"
+) -> RecordedDecisions:
     """Bind each decision (tool call id -> ``Decision``) to the call's open question in
     ``book`` and record it; all or nothing.
 
@@ -104,4 +105,4 @@ def record_decisions(
         bound = evolve(decision, digest=question.digest)
         recorded.append(evolve(question, decision=bound, decided_at=stamp))
         book.ask(recorded[-1])
-    return Recorded(tuple(recorded), tuple(unchanged), tuple(book.waiting()))
+    return RecordedDecisions(tuple(recorded), tuple(unchanged), tuple(book.waiting()))

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from hango.agent.interrupt import Decision, PendingAction
+from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError, load_state
 from hango.convert import CONVERTER
 from hango.provider.messages import JSON

@@ -1,0 +1,222 @@
+"""The ``hango`` command (click for parsing, rich for output), a package by command.
+
+User errors print one line on stderr and exit 2; a run that fails exits 1; a cancelled run
+(Ctrl-C) is saved and exits 130; a run suspended for a person's decision exits 3, printing what
+it waits for and the commands that decide. After a cancel or a failure, a command that resumes
+the run is printed on stderr, ready to paste (``hango.cli.resume_hint``). Run and session ids
+are taken whole or as a unique prefix, as git takes object names.
+
+This module holds the group (``main``, with the commands plugins add through the
+``hango_cli_commands`` hook), the options commands share and ``USER_ERRORS``. The commands:
+``run`` (run, resume, submit), ``runs`` (runs list/show), ``db`` (db upgrade/downgrade/current),
+``worker`` and ``plugins``. Beside them: ``render`` (the terminal view of a run),
+``decisions`` (parsing and printing decisions), ``jsonl`` (events as JSON lines) and
+``resume_hint`` (the command that resumes a run).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import anyio
+import click
+from rich.console import Console
+
+from hango.agent.state import StateError
+from hango.config import Config, ConfigError, HangoWarning
+from hango.plugins import PluginError, make_plugin_manager
+from hango.provider.errors import ModelError, ModelSpecError, ScriptError
+from hango.store import RunStore, StoreError, resolve_id
+from hango.store.base import IdKind
+
+T = TypeVar("T")
+
+# emoji=False: rich would print a tool path "x:smile:y" or a model's ":b:" as emoji.
+console = Console(highlight=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
+
+#: Exceptions that are the user's to fix: shown as one line, never a traceback.
+USER_ERRORS = (
+    ConfigError,
+    ScriptError,
+    ModelSpecError,
+    ModelError,
+    StoreError,
+    PluginError,
+    StateError,
+    ValueError,
+    OSError,
+)
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return anyio.run(fn)
+    except USER_ERRORS as exc:
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+
+
+def flush_telemetry() -> None:
+    """Export what the run recorded now: ``--trace console`` prints its spans here, after the
+    run's output, and OTLP batches leave before the process does."""
+    from opentelemetry import trace
+
+    flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if flush is not None:
+        flush()
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """hango's own warnings as one ``warning:`` line; any other the Python way."""
+    if issubclass(category, HangoWarning):
+        err_console.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
+def exit_with(code: int) -> None:
+    """Exit with ``code``. After a cancelled run, exit at once: a sync tool still blocking in a
+    worker thread (abandoned by the cancel) must not hold the process open."""
+    flush_telemetry()
+    if code == 130:
+        from opentelemetry import trace
+
+        shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def db_url(db: str | None) -> str:
+    return db or Config.from_env().database_url
+
+
+async def resolve(store: RunStore, kind: IdKind, text: str) -> uuid.UUID:
+    """The id ``text`` names (whole, or a unique prefix); one-line errors otherwise."""
+    return await resolve_id(store, Config.from_env().tenant_id, kind, text)
+
+
+db_option = click.option(
+    "--db", "db", metavar="URL", help="sqlite:///PATH or postgresql://... (env HANGO_DATABASE_URL)"
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+agent_option = click.option(
+    "--agent",
+    "agent_path",
+    type=click.Path(path_type=Path),
+    default="agent.toml",
+    show_default=True,
+    help="The agent file.",
+)
+run_json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object when the run ends: ids, status, usage and the answer.",
+)
+jsonl_option = click.option(
+    "--jsonl",
+    is_flag=True,
+    help="Stream every event as one JSON object per line (see docs/reference.md).",
+)
+model_option = click.option(
+    "--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME."
+)
+base_url_option = click.option(
+    "--base-url", help="Base URL of an OpenAI-compatible server (with --model openai:NAME)."
+)
+trace_option = click.option(
+    "--trace",
+    type=click.Choice(["console"]),
+    help="Print the run's spans on stderr after the run.",
+)
+
+
+class _HangoGroup(click.Group):
+    """The top-level group: hango's own commands, then those plugins add through the
+    ``hango_cli_commands`` hook, loaded once, when a command name is first looked up."""
+
+    _plugin_commands: dict[str, click.Command] | None = None
+
+    def _plugins(self) -> dict[str, click.Command]:
+        if self._plugin_commands is None:
+            self._plugin_commands = _load_plugin_commands(set(self.commands))
+        return self._plugin_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self._plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.get(cmd_name) or self._plugins().get(cmd_name)
+
+
+def _load_plugin_commands(taken: set[str]) -> dict[str, click.Command]:
+    """Commands from the ``hango_cli_commands`` hook, keyed by name. A plugin that fails to
+    load or whose hook raises, and a name already taken, are warned about in one line and
+    left out: the rest of the CLI keeps working."""
+    try:
+        pm = make_plugin_manager()
+    except PluginError as exc:
+        warnings.warn(f"plugin commands not loaded: {exc}", HangoWarning, stacklevel=2)
+        return {}
+    found: dict[str, click.Command] = {}
+    for impl in pm.hook.hango_cli_commands.get_hookimpls():
+        try:
+            commands = cast(Sequence[click.Command], impl.function() or ())
+        except Exception as exc:
+            dist = pm.distribution_of(impl.plugin_name)[0]
+            warnings.warn(
+                f"plugin {impl.plugin_name} ({dist}): hango_cli_commands failed: {exc}",
+                HangoWarning,
+                stacklevel=2,
+            )
+            continue
+        for command in commands:
+            name = command.name or ""
+            if name in taken or name in found:
+                warnings.warn(
+                    f"plugin {impl.plugin_name}: command {name!r} is taken; left out",
+                    HangoWarning,
+                    stacklevel=2,
+                )
+                continue
+            found[name] = command
+    return found
+
+
+@click.group(cls=_HangoGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hango")
+def main() -> None:
+    """hango: run agents whose every feature is a middleware."""
+    warnings.showwarning = _show_warning
+
+
+# The commands, one module each: importing one adds its commands to ``main``. Last, because
+# they use the group and the options above.
+import hango.cli.db  # noqa: E402
+import hango.cli.plugins  # noqa: E402
+import hango.cli.run  # noqa: E402
+import hango.cli.runs  # noqa: E402
+import hango.cli.worker  # noqa: E402, F401
+
+__all__ = ["USER_ERRORS", "main"]

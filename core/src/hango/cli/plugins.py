@@ -1,0 +1,65 @@
+"""``hango plugins``: the installed middleware plugins and the slot each fills."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.table import Table
+
+from hango.agent.stack import STACK_ORDER
+from hango.cli import (
+    USER_ERRORS,
+    console,
+    err_console,
+    json_option,
+    main,
+)
+from hango.config import (
+    StackConfig,
+    hango_settings,
+)
+from hango.discovery import discover
+from hango.plugins import make_plugin_manager
+
+
+@main.command()
+@json_option
+def plugins(as_json: bool) -> None:
+    """List installed middleware plugins and the slot each fills."""
+    try:
+        placements = discover(StackConfig(settings=hango_settings()), make_plugin_manager())
+    except USER_ERRORS as exc:
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    if as_json:
+        rows = [
+            {
+                "name": p.name,
+                "distribution": p.distribution,
+                "version": p.version,
+                "slot": _slot_label(p.slot),
+                "capabilities": list(p.capabilities),
+            }
+            for p in placements
+        ]
+        console.print_json(json.dumps(rows))
+        return
+    if not placements:
+        console.print(
+            "No middleware plugins are installed: runs use the plain loop. Install some, e.g. "
+            "`pip install hango-todo hango-repeat hango-allowlist hango-repair`.",
+            markup=False,
+        )
+        return
+    table = Table("slot", "name", "distribution", "version", "capabilities")
+    for p in placements:
+        table.add_row(
+            _slot_label(p.slot), p.name, p.distribution, p.version, ", ".join(p.capabilities)
+        )
+    console.print(table)
+
+
+def _slot_label(slot: int | None) -> str:
+    """A pinned slot by name; a middleware of a plugin's own name is for agents to list."""
+    return STACK_ORDER[slot] if slot is not None else "available to agents"

@@ -1,0 +1,435 @@
+"""``hango run``, ``hango resume`` and ``hango submit``: start, continue and queue runs."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import click
+
+from hango.agent.definition import AgentDefinition
+from hango.agent.events import Event, MessageCompleted, RunFinished, RunStatus
+from hango.cli import (
+    USER_ERRORS,
+    agent_option,
+    base_url_option,
+    console,
+    db_option,
+    db_url,
+    err_console,
+    exit_with,
+    json_option,
+    jsonl_option,
+    main,
+    model_option,
+    resolve,
+    resume_hint,
+    run_async,
+    run_json_option,
+    trace_option,
+)
+from hango.cli.decisions import (
+    SUSPENDED_EXIT,
+    parse_decisions,
+    pending_json,
+    print_pending,
+)
+from hango.cli.jsonl import event_to_json
+from hango.cli.render import (
+    Renderer,
+)
+from hango.config import (
+    DEFAULT_TENANT,
+    Config,
+)
+from hango.provider.messages import Message
+from hango.run import Decided, Harness
+from hango.store import RunStore, SessionBusy, StoreError, open_store
+from hango.store.base import RunRecord
+
+Output = Literal["text", "json", "jsonl"]
+
+
+def _output(as_json: bool, jsonl: bool) -> Output:
+    if as_json and jsonl:
+        raise click.UsageError("--json and --jsonl: choose one")
+    return "json" if as_json else "jsonl" if jsonl else "text"
+
+
+class _Resume:
+    """The ``hango resume`` line for this command's runs: same database, tenant, model and
+    output options as the command that ran them."""
+
+    def __init__(
+        self,
+        db: str | None,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        trace: str | None = None,
+        output: Output = "text",
+    ) -> None:
+        self.db_option = db  # as given; the decision commands of a suspended run name it
+        url = db_url(db)
+        self.db = url if url != Config.from_env({}).database_url else None
+        tenant = Config.from_env().tenant_id
+        self.tenant = None if tenant == DEFAULT_TENANT else str(tenant)
+        options: list[str] = []
+        for flag, value in (("--model", model), ("--base-url", base_url), ("--trace", trace)):
+            if value is not None:
+                options += [flag, value]
+        if output != "text":
+            options.append(f"--{output}")
+        self.options = options
+
+    def command(self, run_id: uuid.UUID, *, force: bool = False) -> str:
+        extra = ["--force"] if force else []
+        return resume_hint.command(
+            ["resume", str(run_id)],
+            db=self.db,
+            tenant=self.tenant,
+            options=[*self.options, *extra],
+        )
+
+
+def _summary(finished: RunFinished, run: RunRecord, answer: str | None) -> dict[str, Any]:
+    return {
+        "run_id": str(finished.run_id),
+        "session_id": str(run.session_id),
+        "status": finished.status.value,
+        "stop_reason": finished.stop_reason.value if finished.stop_reason else None,
+        "error": finished.error,
+        "usage": {
+            "input_tokens": finished.usage.input_tokens,
+            "output_tokens": finished.usage.output_tokens,
+            # calls whose server reported no usage: the counts then miss their tokens
+            "unknown_calls": finished.usage.unknown_calls,
+        },
+        "answer": answer,
+        "pending": pending_json(finished.pending),
+    }
+
+
+def _hint(words: str, command: str) -> None:
+    """``words``, then ``command`` alone on its line: never broken by a hard wrap, so it
+    pastes whole."""
+    err_console.print(words, markup=False)
+    err_console.print(f"  {command}", markup=False, soft_wrap=True, style="bold")
+
+
+async def _jsonl(event: Event) -> None:
+    sys.stdout.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+async def _quiet(_: Event) -> None:
+    return None
+
+
+async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: _Resume) -> int:
+    """Execute ``run``, showing its events as ``output`` asks; returns the exit code."""
+    finished: RunFinished | None = None
+    failure: Exception | None = None
+    last: Message | None = None  # the last assistant message: the answer once the run completes
+    renderer = Renderer(console)
+    show = {"text": renderer.event, "json": _quiet, "jsonl": _jsonl}[output]
+
+    async def emit(event: Event) -> None:
+        nonlocal last
+        if isinstance(event, MessageCompleted):
+            last = event.message
+        await show(event)
+
+    # Ctrl-C or SIGTERM cancels the run's scope: the harness saves it as cancelled.
+    with (
+        renderer if output == "text" else contextlib.nullcontext(),
+        anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+    ):
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+            async def go() -> None:
+                nonlocal finished, failure
+                try:
+                    finished = await harness.execute(run.id, emit=emit)
+                except USER_ERRORS as exc:
+                    failure = exc  # re-raised outside the task group, unwrapped
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_signal)
+            tg.start_soon(go)
+            if output == "text":
+                tg.start_soon(renderer.animate)
+    if failure is not None:
+        raise failure
+    if finished is None:
+        _hint("cancelled; resume with:", resume.command(run.id))
+        return 130
+    if output == "json":
+        answer = last.text if last and finished.status is RunStatus.COMPLETED else None
+        console.print_json(json.dumps(_summary(finished, run, answer)))
+    elif output == "text" and finished.pending:
+        print_pending(console, run.id, finished.pending, resume.db_option)
+    if finished.status is RunStatus.SUSPENDED:
+        return SUSPENDED_EXIT
+    if finished.status is RunStatus.FAILED:
+        _hint("resume with:", resume.command(run.id))
+    return 0 if finished.status is RunStatus.COMPLETED else 1
+
+
+async def _busy_session(
+    store: RunStore, error: SessionBusy, session_id: uuid.UUID, db: str | None
+) -> StoreError:
+    """``SessionBusy`` said as what to do: the session's unfinished run and the command that
+    recovers it."""
+    tenant = Config.from_env().tenant_id
+    runs = await store.list_runs(tenant, session_id=session_id, limit=10)
+    busy = next((r for r in runs if r.status in (RunStatus.RUNNING, RunStatus.QUEUED)), None)
+    if busy is None:
+        return error
+    resume = _Resume(db)
+    if busy.status is RunStatus.QUEUED:
+        return StoreError(
+            f"session {session_id} has run {busy.id} queued for a worker: start one "
+            f"(`hango worker`) or run it here with: {resume.command(busy.id)}"
+        )
+    expires = busy.lease_expires_at
+    if expires is not None and expires > dt.datetime.now(dt.UTC):
+        return StoreError(
+            f"session {session_id} has run {busy.id} in progress on worker {busy.lease_owner}; "
+            "continue the session once it has finished"
+        )
+    return StoreError(
+        f"session {session_id} has run {busy.id} still marked running: if the `hango run` "
+        f"that ran it is gone (killed, crashed), recover it with: "
+        f"{resume.command(busy.id, force=True)}"
+    )
+
+
+@main.command()
+@agent_option
+@model_option
+@base_url_option
+@click.option("--session", "session", help="Continue this session (its id or a unique prefix).")
+@trace_option
+@db_option
+@run_json_option
+@jsonl_option
+@click.argument("message")
+def run(
+    agent_path: Path,
+    model: str | None,
+    base_url: str | None,
+    session: str | None,
+    trace: str | None,
+    db: str | None,
+    as_json: bool,
+    jsonl: bool,
+    message: str,
+) -> None:
+    """Run the agent on MESSAGE, streaming its work."""
+    output = _output(as_json, jsonl)
+    from hango.telemetry.setup import configure_telemetry
+
+    configure_telemetry(trace)
+
+    async def main_() -> int:
+        agent = AgentDefinition.from_file(agent_path)
+        built = agent.build_model(model, base_url)  # a bad model or script fails before any run
+        store = await open_store(db_url(db))
+        try:
+            session_id = await resolve(store, "session", session) if session else None
+            # One harness starts and executes the run: plugins are loaded once.
+            harness = Harness(
+                store,
+                tenant_id=Config.from_env().tenant_id,
+                model=built,
+                model_spec=model,
+                base_url=base_url,
+            )
+            try:
+                record = await harness.start(agent, message, session_id=session_id)
+            except SessionBusy as exc:
+                assert session_id is not None
+                raise await _busy_session(store, exc, session_id, db) from None
+            # The run records its model and base URL: resuming it needs neither option.
+            resume = _Resume(db, trace=trace, output=output)
+            return await _execute(harness, record, output=output, resume=resume)
+        finally:
+            await store.aclose()
+
+    exit_with(run_async(main_))
+
+
+@main.command()
+@click.option(
+    "--model",
+    help="Continue on this model instead of the one the run started with (recorded).",
+)
+@click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
+@trace_option
+@click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
+@click.option("--approve", multiple=True, metavar="CALL_ID", help="Approve a pending tool call.")
+@click.option(
+    "--reject",
+    multiple=True,
+    metavar="CALL_ID[=MESSAGE]",
+    help="Reject a pending call; the model gets MESSAGE as an error result.",
+)
+@click.option(
+    "--edit",
+    multiple=True,
+    metavar="CALL_ID=JSON",
+    help="Run a pending call with these arguments (JSON object), or 'TOOL JSON' for another tool.",
+)
+@click.option(
+    "--respond",
+    multiple=True,
+    metavar="CALL_ID=TEXT",
+    help="Do not run a pending call; the model gets TEXT as its result.",
+)
+@click.option(
+    "--queue",
+    is_flag=True,
+    help="Record the decisions and leave the run to a worker (the default for a submitted run).",
+)
+@db_option
+@run_json_option
+@jsonl_option
+@click.argument("run_id")
+def resume(
+    model: str | None,
+    base_url: str | None,
+    trace: str | None,
+    force: bool,
+    approve: tuple[str, ...],
+    reject: tuple[str, ...],
+    edit: tuple[str, ...],
+    respond: tuple[str, ...],
+    queue: bool,
+    db: str | None,
+    as_json: bool,
+    jsonl: bool,
+    run_id: str,
+) -> None:
+    """Resume RUN_ID (an id or a unique prefix) from its last saved turn boundary.
+
+    A suspended run continues once each pending tool call has a decision (several may be
+    given at once); `hango runs show RUN_ID` lists them. It continues in this terminal, or,
+    if it was submitted for workers (or with --queue), goes back on the queue."""
+    output = _output(as_json, jsonl)
+    decisions = parse_decisions(approve, reject, edit, respond)
+    from hango.telemetry.setup import configure_telemetry
+
+    configure_telemetry(trace)
+
+    async def main_() -> int:
+        store = await open_store(db_url(db))
+        try:
+            tenant = Config.from_env().tenant_id
+            rid = await resolve(store, "run", run_id)
+            record = await store.get_run(tenant, rid)
+            again = _Resume(db, model=model, base_url=base_url, trace=trace, output=output)
+            expires = record.lease_expires_at
+            if expires is not None and expires > dt.datetime.now(dt.UTC):
+                raise StoreError(
+                    f"run {rid} is held by worker {record.lease_owner} until "
+                    f"{expires:%H:%M:%S} UTC; resume it after its lease expires"
+                )
+            if record.status is RunStatus.RUNNING and expires is None and not force:
+                # A foreground `hango run` holds no lease: it may still be executing.
+                raise StoreError(
+                    f"run {rid} is running, perhaps in another `hango run`; if that process "
+                    f"is gone (killed, machine lost), resume with: {again.command(rid, force=True)}"
+                )
+            # The run continues on the model it started with, unless --model changes it.
+            harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
+            if decisions:
+                to_queue = queue or bool(record.config.get("queued"))
+                done = await harness.decide(rid, decisions, queue=to_queue)
+                finished = _decided(done, as_json=output == "json", db=db, queue=to_queue)
+                if finished is not None:
+                    return finished
+                record = done.run
+            return await _execute(harness, record, output=output, resume=again)
+        finally:
+            await store.aclose()
+
+    exit_with(run_async(main_))
+
+
+def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> int | None:
+    """Report what ``hango resume`` recorded; the exit code when there is nothing to run here
+    (still waiting, left to a worker, or already finished), else None."""
+    run = done.run
+    if not as_json:
+        for call_id in done.recorded:
+            err_console.print(f"{call_id}: decision recorded", markup=False, style="dim")
+        for call_id in done.unchanged:
+            err_console.print(
+                f"{call_id}: that decision was already recorded (no change)",
+                markup=False,
+                style="dim",
+            )
+    finished = run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+    if not (done.waiting or (queue and not finished) or (finished and not done.recorded)):
+        return None
+    if as_json:
+        doc = {
+            "run_id": str(run.id),
+            "status": run.status.value,
+            "recorded": list(done.recorded),
+            "unchanged": list(done.unchanged),
+            "pending": pending_json(done.waiting),
+        }
+        console.print_json(json.dumps(doc))
+    elif done.waiting:
+        print_pending(console, run.id, done.waiting, db)
+    else:
+        left = " for a worker" if run.status is RunStatus.QUEUED else ""
+        console.print(f"run {run.id} is {run.status.value}{left}", markup=False)
+    if done.waiting:
+        return SUSPENDED_EXIT
+    return 0 if run.status in (RunStatus.QUEUED, RunStatus.COMPLETED) else 1
+
+
+@main.command()
+@agent_option
+@click.option("--session", "session", help="Continue this session (its id or a unique prefix).")
+@db_option
+@json_option
+@click.argument("message")
+def submit(
+    agent_path: Path, session: str | None, db: str | None, as_json: bool, message: str
+) -> None:
+    """Queue a run of the agent on MESSAGE for a worker; prints the run id."""
+
+    async def main_() -> RunRecord:
+        agent = AgentDefinition.from_file(agent_path)
+        store = await open_store(db_url(db))
+        try:
+            session_id = await resolve(store, "session", session) if session else None
+            harness = Harness(store, tenant_id=Config.from_env().tenant_id)
+            return await harness.start(
+                agent, message, session_id=session_id, status=RunStatus.QUEUED
+            )
+        finally:
+            await store.aclose()
+
+    record = run_async(main_)
+    if as_json:
+        doc = {"run_id": str(record.id), "session_id": str(record.session_id), "status": "queued"}
+        console.print_json(json.dumps(doc))
+    else:
+        console.print(str(record.id), markup=False)

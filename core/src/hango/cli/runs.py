@@ -1,0 +1,210 @@
+"""``hango runs list`` and ``hango runs show``: the stored runs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import click
+from rich.markdown import Markdown
+from rich.table import Table
+from rich.text import Text
+
+from hango.agent.events import RunStatus
+from hango.agent.state import StateError
+from hango.cli import (
+    console,
+    db_option,
+    db_url,
+    json_option,
+    main,
+    resolve,
+    run_async,
+)
+from hango.cli.decisions import (
+    pending_json,
+    pending_of,
+    print_pending,
+)
+from hango.cli.render import (
+    checklist,
+    clip_line,
+    clip_text,
+    tool_call_line,
+    tool_result_lines,
+)
+from hango.config import (
+    Config,
+)
+from hango.convert import message_to_json
+from hango.provider.messages import Message
+from hango.store import RunStore, open_store
+from hango.store.base import RunRecord
+
+
+@main.group()
+def runs() -> None:
+    """List and inspect stored runs."""
+
+
+def _run_json(r: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": str(r.id),
+        "session_id": str(r.session_id),
+        "agent_id": str(r.agent_id),
+        "status": r.status.value,
+        "error": r.error,
+        "stop_reason": r.stop_reason.value if r.stop_reason else None,
+        "version": r.version,
+        "created_at": r.created_at.isoformat(),
+        "updated_at": r.updated_at.isoformat(),
+        # What the run was started with (stack and model) and its usage so far.
+        "stack": r.config.get("stack"),
+        "model": r.config.get("model"),
+        "base_url": r.config.get("base_url"),
+        "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
+    }
+
+
+async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
+    tenant = Config.from_env().tenant_id
+    return {a: (await store.get_agent(tenant, a)).name for a in {r.agent_id for r in records}}
+
+
+async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
+    """Each run's own user message (the one it was started with)."""
+    tenant = Config.from_env().tenant_id
+    histories: dict[uuid.UUID, list[Message]] = {}
+    out = {}
+    for r in records:
+        if r.session_id not in histories:
+            histories[r.session_id] = await store.load_messages(tenant, r.session_id)
+        history = histories[r.session_id]
+        out[r.id] = history[r.message_start].text if r.message_start < len(history) else ""
+    return out
+
+
+#: Characters of an id shown in tables: enough to be a unique prefix in practice (8 hex
+#: digits: one pair in a million among 100 runs), and what `runs show` and `resume` take.
+SHORT_ID = 8
+
+
+@runs.command("list")
+@click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
+@db_option
+@json_option
+def runs_list(limit: int, db: str | None, as_json: bool) -> None:
+    """List runs, newest first: id, agent, session, start time, status and prompt."""
+
+    async def main_() -> None:
+        store = await open_store(db_url(db))
+        try:
+            records = await store.list_runs(Config.from_env().tenant_id, limit=limit)
+            names = await _agent_names(store, records)
+            prompts = await _prompts(store, records)
+        finally:
+            await store.aclose()
+        if as_json:
+            rows = [
+                _run_json(r) | {"agent": names[r.agent_id], "prompt": prompts[r.id]}
+                for r in records
+            ]
+            console.print_json(json.dumps(rows))
+            return
+        if not records:
+            console.print("no runs yet: start one with `hango run --agent FILE MESSAGE`")
+            return
+        table = Table(box=None, pad_edge=False)
+        table.add_column("run", no_wrap=True)
+        table.add_column("agent", no_wrap=True, max_width=16, overflow="ellipsis")
+        table.add_column("session", no_wrap=True)
+        table.add_column("started", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
+        for r in records:
+            style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
+                r.status.value, ""
+            )
+            table.add_row(
+                str(r.id)[:SHORT_ID],
+                names[r.agent_id],
+                str(r.session_id)[:SHORT_ID],
+                r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
+                Text(r.status.value, style=style),
+                clip_line(prompts[r.id], 60),
+            )
+        console.print(table)
+
+    run_async(main_)
+
+
+@runs.command("show")
+@db_option
+@json_option
+@click.argument("run_id")
+def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
+    """Show RUN_ID (an id or a unique prefix): status, messages and state (the plan)."""
+
+    async def main_() -> None:
+        store = await open_store(db_url(db))
+        try:
+            tenant = Config.from_env().tenant_id
+            record = await store.get_run(tenant, await resolve(store, "run", run_id))
+            messages = await store.load_messages(tenant, record.session_id)
+        finally:
+            await store.aclose()
+        pending = pending_of(record.state)
+        if as_json:
+            doc = _run_json(record) | {
+                "pending": None if pending is None else pending_json(pending),
+                "state": record.state,
+                "messages": [message_to_json(m) for m in messages],
+            }
+            console.print_json(json.dumps(doc))
+            return
+        _print_run(record, messages)
+        if pending and record.status is RunStatus.SUSPENDED:
+            print_pending(console, record.id, pending, db)
+
+    run_async(main_)
+
+
+def _print_run(record: RunRecord, messages: list[Any]) -> None:
+    from hango.agent.state import load_state
+
+    rich_text = console.is_terminal and not console.is_dumb_terminal
+    console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
+    console.print(f"session {record.session_id}", style="dim")
+    if record.config:
+        stack = " > ".join(e["name"] for e in record.config.get("stack", [])) or "(none)"
+        console.print(
+            f"model {record.config.get('model')}  stack {stack}",
+            style="dim",
+            markup=False,
+            soft_wrap=True,
+        )
+    if record.error:
+        console.print(f"error: {record.error}", markup=False, style="red")
+    for m in messages:
+        for block in m.content:
+            kind = block.type
+            if kind == "text":
+                console.print(f"[bold]{m.role}:[/bold]")
+                # Clipped: rendering megabytes of text takes seconds (--json prints it all).
+                text = clip_text(block.text)
+                console.print(Markdown(text) if rich_text else Text(text))
+            elif kind == "tool_use":
+                console.print(tool_call_line(block), no_wrap=True, overflow="ellipsis", crop=True)
+            elif kind == "tool_result":
+                for line in tool_result_lines(block.content, block.is_error):
+                    console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+    if isinstance(record.state, dict) and record.state:
+        try:
+            todos = load_state(record.state).todos
+        except StateError as exc:
+            console.print(f"state: {exc}", markup=False, style="red")
+            return
+        if todos:
+            console.print(checklist(todos))
