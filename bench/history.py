@@ -40,7 +40,6 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -62,8 +61,9 @@ from hango.provider.events import (
 )
 from hango.provider.messages import Request, StopReason, ToolResultBlock, ToolUseBlock, Usage
 from hango.store import open_store
+from hango.testing import hango_executable
 
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 AGENT = AgentDefinition(name="bench", model="scripted:inline", max_turns=10)
 ANSWER = "Here is what I found. " * 9  # about 200 characters
 

@@ -37,25 +37,24 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
 from hango import AgentDefinition, Harness, Message, RunStatus, TextBlock
 from hango.agent.state import dump_state
 from hango.middleware import State, Todo
-from hango.store import RunStore, migrate, open_store
+from hango.store import RunStore, open_store
+from hango.testing import hango_executable, scratch_database
 
 ROOT = Path(__file__).parents[1]
 DEMO = ROOT / "examples" / "demo"
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 
 
 @contextlib.contextmanager
@@ -65,21 +64,8 @@ def postgres_database() -> Iterator[str | None]:
     if not admin:
         yield None
         return
-    import psycopg
-    from psycopg import sql
-
-    name = f"hango_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
-    try:
-        migrate.upgrade(url)
+    with scratch_database(admin, prefix="hango_bench") as url:
         yield url
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 # -- workers -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""How the suite finds PostgreSQL (tests/conftest.py), run as a real pytest session on a copy
-of that conftest: the local server when HANGO_TEST_DATABASE_URL is unset, a skip saying how to
+"""How the suite finds PostgreSQL (the ``hango.testing`` pytest plugin's ``postgres_admin_url``),
+run as a real pytest session in an empty folder, where the plugin comes from its ``pytest11``
+entry point alone: the local server when HANGO_TEST_DATABASE_URL is unset, a skip saying how to
 enable the tests only when nothing answers, a failure when a configured server is down."""
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-CONFTEST = Path(__file__).with_name("conftest.py")
+import hango.testing.databases
+
+KIT = Path(hango.testing.databases.__file__)
 LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 PROBE = """
@@ -29,11 +32,11 @@ def _closed_port() -> int:
 
 
 def _session(tmp_path: Path, env_url: str | None, local: str | None = None) -> str:
-    conftest = CONFTEST.read_text()
     if local is not None:
-        assert f'LOCAL_POSTGRES = "{LOCAL_POSTGRES}"' in conftest
-        conftest = conftest.replace(LOCAL_POSTGRES, local)
-    (tmp_path / "conftest.py").write_text(conftest)
+        assert f'LOCAL_POSTGRES = "{LOCAL_POSTGRES}"' in KIT.read_text()
+        (tmp_path / "conftest.py").write_text(
+            f"import hango.testing.databases\nhango.testing.databases.LOCAL_POSTGRES = {local!r}\n"
+        )
     (tmp_path / "test_probe.py").write_text(PROBE)
     env = {k: v for k, v in os.environ.items() if k != "HANGO_TEST_DATABASE_URL"}
     if env_url is not None:

@@ -10,18 +10,18 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hango.testing import hango_executable
 from hango_repair import INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo"
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 

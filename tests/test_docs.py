@@ -37,7 +37,16 @@ def test_python_example_runs(where: str, code: str, tmp_path: Path) -> None:
     assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
+#: Pages whose links are checked too (their examples are each distribution's own).
+LINKED = [
+    *DOCS,
+    *sorted(REPO.glob("plugins/*/README.md")),
+    REPO / "bench" / "README.md",
+    *sorted((REPO / "examples").rglob("README.md")),
+]
+
+
+@pytest.mark.parametrize("doc", LINKED, ids=[str(d.relative_to(REPO)) for d in LINKED])
 def test_relative_links_resolve(doc: Path) -> None:
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
         assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
@@ -51,3 +60,21 @@ def test_the_docs_hold_nothing_of_one_machine_or_one_team() -> None:
         text = doc.read_text(encoding="utf-8")
         assert "/work/" not in text, f"{doc.name} holds a path of one machine"
         assert "the lead commits" not in text.lower(), f"{doc.name} holds notes about one team"
+
+
+def test_the_index_links_every_page() -> None:
+    """docs/index.md is the way in: every page under docs/ is linked from it, and the pages sit
+    in the four folders of their kind."""
+    index = REPO / "docs" / "index.md"
+    linked = {
+        (index.parent / target).resolve()
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", index.read_text(encoding="utf-8"))
+    }
+    for doc in sorted((REPO / "docs").rglob("*.md")):
+        if doc == index:
+            continue
+        where = doc.relative_to(REPO / "docs")
+        assert where.parts[0] in {"tutorial", "how-to", "reference", "explanation"}, (
+            f"docs/{where} is in none of tutorial/, how-to/, reference/, explanation/"
+        )
+        assert doc.resolve() in linked, f"docs/index.md does not link docs/{where}"

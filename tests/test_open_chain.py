@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator
@@ -41,6 +40,7 @@ from hango.provider.events import MessageStop, StreamEvent, TextDelta
 from hango.provider.messages import Request, StopReason
 from hango.run.worker import Worker
 from hango.store import RunStore, open_store
+from hango.testing import hango_executable
 
 #: A plugin module whose middleware (named NAME) appends NAME to the trace file on every model
 #: call, before calling on: the file lists each call's chain from the outside in.
@@ -61,7 +61,7 @@ def hango_middleware(config):
     return Tracer()
 """
 
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 SCRIPT = [{"text": "done", "usage": {"input_tokens": 10, "output_tokens": 2}}]
 
 

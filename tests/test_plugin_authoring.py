@@ -1,7 +1,7 @@
-"""docs/plugin-authoring.md, done as a new user would: its files are written out, the plugin is
-built into a wheel and installed (into a folder of its own, put on PYTHONPATH), an agent file
-lists it, and the real ``hango`` command runs it, resumes a queued run and runs one under a
-worker. Each step checks what the middleware wrote."""
+"""docs/how-to/write-a-middleware-plugin.md, done as a new user would: its files are written
+out, the plugin is built into a wheel and installed (into a folder of its own, put on
+PYTHONPATH), an agent file lists it, and the real ``hango`` command runs it, resumes a queued
+run and runs one under a worker. Each step checks what the middleware wrote."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from hango.testing import hango_executable
+
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "plugin-authoring.md"
-HANGO = str(Path(sys.executable).parent / "hango")
+DOC = REPO / "docs" / "how-to" / "write-a-middleware-plugin.md"
+HANGO = hango_executable()
 FILE_BLOCK = re.compile(r"^```\w+\n# file: (\S+)\n(.*?)^```", re.S | re.M)
 
 

@@ -5,33 +5,20 @@ items 9, 10 and 11)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from hango import Request, RunStatus, ScriptedModel, ToolCallFinished, tool
+from hango import RunStatus, ToolCallFinished, tool
 from hango.agent.state import dump_state, load_state
 from hango.middleware import State, load_private, store_private
-from hango.provider.events import StreamEvent
-from hango.testing import agent_harness
+from hango.testing import RecordingModel, agent_harness
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import TodoMiddleware
 
 pytestmark = pytest.mark.anyio
-
-
-class Recording:
-    def __init__(self, turns: list[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
 
 
 class RunsInSession:
@@ -83,7 +70,7 @@ async def test_plan_and_session_state_carry_over_run_state_starts_fresh_both_sur
     tmp_path: Path,
 ) -> None:
     gate.update(entered=anyio.Event(), release=anyio.Event())
-    model = Recording(TURNS)
+    model = RecordingModel(TURNS)
     stack = [TodoMiddleware(), RepeatCallMiddleware(threshold=2), RunsInSession()]
     events: list[object] = []
 

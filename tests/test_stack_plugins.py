@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,7 +31,6 @@ import hango_todo
 from hango import (
     AgentDefinition,
     Harness,
-    Request,
     RunStatus,
     ScriptedModel,
     TextBlock,
@@ -44,12 +42,12 @@ from hango.config import DEFAULT_TENANT
 from hango.discovery import default_stack
 from hango.middleware import StackConfig, Todo
 from hango.plugins import make_plugin_manager
-from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import RecordingModel, hango_executable
 from hango_repair import INTERRUPTED
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
-HANGO = Path(sys.executable).with_name("hango")
+HANGO = Path(hango_executable())
 
 STACK = [
     "repair_tool_calls",
@@ -85,22 +83,6 @@ SLOTS = {
     "prompt_cache": "prompt_cache",
     "approval": "human_in_the_loop",
 }
-
-
-class RecordingModel:
-    """A ScriptedModel that keeps every request it was sent."""
-
-    def __init__(self, turns: Sequence[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
-
-
-# -- the stack -------------------------------------------------------------------------------
 
 
 def test_default_stack_is_exactly_the_installed_in_slot_order() -> None:

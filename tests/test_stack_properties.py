@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -12,16 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hango import Message, ToolContext, ToolResult, ToolUseBlock
-from hango.middleware import State, Todo, ToolCallRequest
+from hango.middleware import Todo, ToolCallRequest
+from hango.testing import new_state
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import WRITE_TODOS
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
-
-
-# -- repeat_call -----------------------------------------------------------------------------
 
 arguments = st.dictionaries(
     st.sampled_from(["path", "pattern", "limit"]),

@@ -18,10 +18,9 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,10 +33,11 @@ import pytest
 from hango import AgentDefinition, Harness, Message, RunStatus
 from hango.store import RunStore, migrate, open_store
 from hango.store.base import RunRecord
+from hango.testing import hango_executable, write_agent
 
 pytestmark = pytest.mark.anyio
 
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 DEMO = Path(__file__).parents[1] / "examples" / "demo" / "agent.toml"
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
 
@@ -139,24 +139,6 @@ def anyio_backend() -> str:
     return "asyncio"  # psycopg
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'hango.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-def tenant() -> uuid.UUID:
-    return uuid.uuid4()
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[RunStore]:
-    async with await open_store(database_url) as s:
-        yield s
-
-
 class Workers:
     """``hango worker`` processes of one test, logging to files; all stopped at the end."""
 
@@ -209,14 +191,10 @@ def workers(tmp_path: Path, database_url: str, tenant: uuid.UUID) -> Iterator[Wo
 
 
 def agent_dir(tmp_path: Path, turns: str) -> Path:
-    folder = tmp_path / "agent"
-    folder.mkdir()
-    (folder / "worktools.py").write_text(TOOLS)
-    (folder / "script.toml").write_text(turns)
-    (folder / "agent.toml").write_text(
-        'name = "worker-test"\nmodel = "scripted:script.toml"\ntools = ["worktools:TOOLS"]\n'
-    )
-    return folder
+    agent = 'name = "worker-test"\nmodel = "scripted:script.toml"\ntools = ["worktools:TOOLS"]\n'
+    return write_agent(
+        tmp_path / "agent", agent=agent, script=turns, tools={"worktools": TOOLS}
+    ).parent
 
 
 def executions(folder: Path) -> collections.Counter[str]:
@@ -394,7 +372,7 @@ input = {{ label = "s{i}" }}
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # both: tests/store
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)  # both: tests/store
 async def test_five_sigterm_hand_backs_are_no_attempts_and_the_run_then_completes(
     store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
 ) -> None:
@@ -447,7 +425,7 @@ text = "done"
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # both: tests/store
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)  # both: tests/store
 async def test_a_worker_paused_past_its_lease_writes_nothing_to_the_run_another_completed(
     store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
 ) -> None:
@@ -559,7 +537,7 @@ async def test_every_backend_terminated_twice_under_two_workers_loses_fails_and_
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_a_worker_waits_for_a_database_that_is_not_there_yet_or_goes_away(
     store: RunStore,
     database_url: str,
@@ -600,7 +578,7 @@ async def test_a_worker_waits_for_a_database_that_is_not_there_yet_or_goes_away(
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_a_worker_gives_up_on_the_database_after_hango_db_wait_seconds(
     database_url: str, tenant: uuid.UUID, database_link: Any, tmp_path: Path
 ) -> None:

@@ -4,29 +4,24 @@ request rewrites that never reach history, scratch lifetime."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
-from hango import Harness, ModelResponse, Request, ScriptedModel, TextBlock, ToolResult, tool
+from hango import Harness, ModelResponse, Request, TextBlock, ToolResult, tool
 from hango.agent.chain import Chain
 from hango.agent.definition import AgentDefinition
 from hango.agent.state import dump_state, load_state
 from hango.middleware import ModelHandler, ModelRequest, State, ToolCallRequest, ToolHandler
-from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import RecordingModel, new_state
 from hango.tool import ToolRegistry, error_result
 
 pytestmark = pytest.mark.anyio
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 class Recorder:
@@ -230,17 +225,6 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-class Recording:
-    def __init__(self, turns: list[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
-
-
 async def test_request_rewrite_is_absent_from_saved_history(tmp_path: Path) -> None:
     class Rewriter:
         name = "rewriter"
@@ -254,7 +238,7 @@ async def test_request_rewrite_is_absent_from_saved_history(tmp_path: Path) -> N
             call = attrs.evolve(req.call, input={"key": "rewritten"})
             return await next(attrs.evolve(req, call=call))
 
-    model = Recording(
+    model = RecordingModel(
         [{"tool_calls": [{"name": "lookup", "input": {"key": "original"}}]}, {"text": "done"}]
     )
     async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'h.db'}") as store:
@@ -285,7 +269,7 @@ async def test_scratch_is_empty_at_every_batch_start_and_never_persisted(tmp_pat
             req.state.scratch.setdefault("calls", []).append(req.call.id)
             return await next(req)
 
-    model = Recording(
+    model = RecordingModel(
         [
             {"tool_calls": [{"name": "lookup", "input": {"key": "a"}}] * 2},
             {"tool_calls": [{"name": "lookup", "input": {"key": "b"}}]},

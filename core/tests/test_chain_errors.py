@@ -3,7 +3,6 @@ capability, and where it came from (issue "Run integrity", item 2)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,16 +30,12 @@ from hango.middleware import (
     store_private,
 )
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
-from hango.testing import agent_harness
+from hango.testing import agent_harness, new_state
 
 pytestmark = pytest.mark.anyio
 
 RESPONSE = ModelResponse(Message("assistant", (TextBlock("hi"),)), StopReason.END_TURN, Usage())
 ORIGINS = {"forgetful": "distribution hango-forgetful 1.2.3"}
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 class Pass:

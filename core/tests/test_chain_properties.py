@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,11 +30,8 @@ from hango.middleware import (
 from hango.plugins import make_plugin_manager
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
 from hango.provider.scripted import ScriptedModel
+from hango.testing import new_state
 from hango.tool import ToolRegistry
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 class Spec:

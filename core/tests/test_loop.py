@@ -21,7 +21,6 @@ from hango import (
     RunFinished,
     RunStarted,
     RunStatus,
-    ScriptedModel,
     StopReason,
     TextDelta,
     ThinkingBlock,
@@ -38,6 +37,7 @@ from hango.middleware import Middleware, StackConfig
 from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import RecordingModel
 from hango.tool import ToolRegistry
 
 pytestmark = pytest.mark.anyio
@@ -56,19 +56,6 @@ def _default_without_plugins(config: StackConfig) -> list[Middleware]:
 @pytest.fixture(params=[_plain, _default_without_plugins], ids=["plain", "default_stack"])
 def stack(request: pytest.FixtureRequest) -> StackFactory:
     return request.param  # type: ignore[no-any-return]
-
-
-class Recording:
-    """A Model wrapper that keeps every request it was sent."""
-
-    def __init__(self, inner: ScriptedModel) -> None:
-        self.inner = inner
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
 
 
 calls: list[tuple[str, dict[str, Any]]] = []
@@ -120,7 +107,7 @@ def _reset() -> None:
 
 class Run:
     def __init__(
-        self, store: SqliteRunStore, model: Recording, stack: StackFactory, max_turns: int
+        self, store: SqliteRunStore, model: RecordingModel, stack: StackFactory, max_turns: int
     ):
         self.store = store
         self.model = model
@@ -148,7 +135,7 @@ async def make(tmp_path: Path, stack: StackFactory) -> AsyncIterator[Callable[..
     store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
 
     def factory(turns: list[dict[str, Any]], max_turns: int = 10) -> Run:
-        return Run(store, Recording(ScriptedModel.from_turns(turns)), stack, max_turns)
+        return Run(store, RecordingModel(turns), stack, max_turns)
 
     yield factory
     await store.aclose()

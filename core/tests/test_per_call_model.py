@@ -26,24 +26,18 @@ from hango.agent.definition import AgentDefinition
 from hango.middleware import ModelHandler, ModelRequest
 from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import RecordingModel
 from hango.tool import ToolRegistry
 
 pytestmark = pytest.mark.anyio
 
 
-class Recording:
+class Recording(RecordingModel):
     """A named model that keeps the requests it was sent; turn ``k`` of ``turns`` answers a
     history with ``k`` assistant messages (``ScriptedModel``'s rule)."""
 
     def __init__(self, name: str, turns: Sequence[dict[str, Any]]) -> None:
-        self.name = name
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
+        super().__init__(turns, name=name)
 
 
 class SwapSecondCall:

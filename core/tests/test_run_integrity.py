@@ -20,7 +20,6 @@ from hango import (
     Request,
     RunFinished,
     RunStatus,
-    ScriptedModel,
     StopReason,
     TextBlock,
     TextDelta,
@@ -40,29 +39,12 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango.provider.messages import Usage
-from hango.testing import agent_harness, assert_valid_history, history_problems
+from hango.testing import RecordingModel, agent_harness, assert_valid_history, history_problems
 from hango_repair import RepairToolCallsMiddleware
 
 pytestmark = pytest.mark.anyio
 
 DONE = MessageStop(StopReason.END_TURN, Usage())
-
-
-class Recording:
-    """A model wrapper that keeps every request and checks it as a strict provider would."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        assert_valid_history(request.messages)
-        async for event in self.inner.stream(request):
-            yield event
-
-
-# -- 1. the model's stream is always closed ---------------------------------------------------
 
 
 class HoldingModel:
@@ -272,7 +254,7 @@ async def test_a_retry_notice_alone_is_nothing_to_discard(tmp_path: Path) -> Non
 
 
 async def test_an_empty_end_turn_keeps_the_next_request_valid(tmp_path: Path) -> None:
-    model = Recording(ScriptedModel.from_turns([{"stop_reason": "end_turn"}, {"text": "Here."}]))
+    model = RecordingModel([{"stop_reason": "end_turn"}, {"text": "Here."}], strict=True)
     async with agent_harness(tmp_path, model=model) as h:
         first = await h.run(h.agent, "first question")
         assert first.status is RunStatus.COMPLETED
@@ -320,7 +302,7 @@ class CutOff:
 
 async def test_a_call_cut_off_by_max_tokens_is_never_run(tmp_path: Path) -> None:
     pinged.clear()
-    model = Recording(CutOff())
+    model = RecordingModel(CutOff(), strict=True)
     events: list[object] = []
 
     async def emit(event: object) -> None:
@@ -407,7 +389,7 @@ async def test_a_wrapper_failing_mid_batch_keeps_the_finished_result(
     steps.clear()
     FailsOnTwo.armed = True
     batch = [{"name": "step", "input": {"n": n}} for n in (1, 2, 3)]
-    model = Recording(ScriptedModel.from_turns([{"tool_calls": batch}, {"text": "done"}]))
+    model = RecordingModel([{"tool_calls": batch}, {"text": "done"}], strict=True)
     stack = [RepairToolCallsMiddleware(), FailsOnTwo()] if repair else [FailsOnTwo()]
     async with agent_harness(tmp_path, model=model, stack=stack, tools=[step]) as h:
         failed = await h.run(h.agent, "go")
@@ -443,10 +425,9 @@ async def test_a_secret_quoted_by_an_error_result_is_redacted(
 ) -> None:
     secret = "sk-live-9f8e7d6c5b4a"
     monkeypatch.setenv("BILLING_API_KEY", secret)
-    model = Recording(
-        ScriptedModel.from_turns(
-            [{"tool_calls": [{"name": "call_api", "input": {"path": "/v1"}}]}, {"text": "ok"}]
-        )
+    model = RecordingModel(
+        [{"tool_calls": [{"name": "call_api", "input": {"path": "/v1"}}]}, {"text": "ok"}],
+        strict=True,
     )
     events: list[object] = []
 

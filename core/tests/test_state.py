@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from hango import StateError
 from hango.agent.state import STATE_VERSION, dump_state, load_run_state, load_state, new_run_state
 from hango.middleware import State, Todo, load_private, store_private
+from hango.testing import new_state
 
 
 @attrs.define
@@ -32,10 +33,6 @@ class Budget:
 class Seen:
     paths: list[str] = attrs.Factory(list)
     last: str | None = None
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 def test_three_middlewares_round_trip_through_json_text() -> None:

@@ -10,15 +10,16 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hango.testing import hango_executable
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "approval"
-HANGO = str(Path(sys.executable).with_name("hango"))
+HANGO = hango_executable()
 ENTRY = "- Tool calls can wait for a person's approval (hango-approval).\n"
 
 

@@ -7,32 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from hango import Decision, RunStatus, ToolContext, tool
-from hango.testing import agent_harness
+from hango import Decision, RunStatus, ToolContext
+from hango.testing import ToolBox, agent_harness
 from hango_approval import HumanInTheLoopMiddleware
 from hango_repair import INTERRUPTED, RepairToolCallsMiddleware
 
 pytestmark = pytest.mark.anyio
 
-executed: list[str] = []
+box = ToolBox()
+executed = box.executed
 
 
-@pytest.fixture(autouse=True)
-def _fresh() -> None:
-    executed.clear()
-
-
-@tool
+@box.tool
 def free(label: str) -> str:
     """Not gated."""
-    executed.append(f"free {label}")
     return f"free {label}"
 
 
-@tool
+@box.tool
 def gated(label: str) -> str:
     """Gated."""
-    executed.append(f"gated {label}")
     return f"gated {label}"
 
 
@@ -40,10 +34,9 @@ class Crash(BaseException):
     """The process dies here (nothing after it is saved)."""
 
 
-@tool(idempotent=False)
+@box.tool(idempotent=False)
 def charge(amount: int, ctx: ToolContext) -> str:
     """Charge a card once."""
-    executed.append(f"charge {amount}")
     raise Crash
 
 

@@ -1,4 +1,4 @@
-"""docs/postgres.md shows real commands: every ``hango ...`` line in it parses."""
+"""docs/how-to/run-on-postgres.md shows real commands: every ``hango ...`` line in it parses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from hango.cli import main
 
-GUIDE = Path(__file__).parents[2] / "docs" / "postgres.md"
+GUIDE = Path(__file__).parents[2] / "docs" / "how-to" / "run-on-postgres.md"
 
 
 def documented_commands() -> list[list[str]]:

@@ -115,7 +115,7 @@ async def test_a_database_newer_than_the_code_is_refused(
 
 @pytest.mark.anyio
 @pytest.mark.postgres
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_url: str) -> None:
     with pytest.raises(SchemaError, match=r"missing 0001.base, .*run `hango db upgrade`"):
         await open_store(empty_url)
@@ -130,7 +130,7 @@ async def test_postgres_refuses_a_schema_behind_the_code_until_upgraded(empty_ur
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["sqlite"], indirect=True)
 async def test_sqlite_upgrades_itself_on_open(empty_url: str) -> None:
     migrate.upgrade(empty_url)
     migrate.downgrade(empty_url, steps=3)

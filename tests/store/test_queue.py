@@ -146,7 +146,7 @@ async def test_concurrent_claims_from_separate_stores_never_share_a_run(
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_a_listening_worker_is_notified_of_its_tenants_runs_only(
     store: RunStore, tenant: uuid.UUID, store_url: str
 ) -> None:

@@ -154,7 +154,7 @@ async def test_the_plan_and_every_middlewares_typed_state_survive_the_database(
     assert evolve(ledger, by_key={k: v for k, v in ledger.by_key.items() if k != "calls"}) == LEDGER
 
 
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 @pytest.mark.postgres
 async def test_a_state_postgres_cannot_store_fails_the_save_clearly(
     store: RunStore, tenant: uuid.UUID
@@ -448,7 +448,7 @@ async def test_a_run_its_workers_keep_dying_on_is_failed_after_max_attempts(
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["sqlite"], indirect=True)
 async def test_the_worker_runs_on_trio_with_sqlite(store: RunStore, tenant: uuid.UUID) -> None:
     harness = Harness(
         store,
@@ -609,7 +609,7 @@ async def test_a_worker_that_lost_its_lease_does_not_fail_the_run_it_finds_compl
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 async def test_a_worker_cut_off_from_the_database_leaves_its_run_to_be_reclaimed_not_failed(
     store: RunStore,
     store_url: str,

@@ -5,9 +5,10 @@ and format). They are VCR.py YAML in two dialects: pydantic-ai's, with JSON bodi
 ``parsed_body`` and streamed bodies kept as raw SSE text in ``response.body.string``; and plain
 vcrpy's, with the request body as a JSON string. ``load`` reads both.
 
-The SDKs send through ``httpx2`` (respx patches only ``httpx``), so a ``Replay`` is served by an
-``httpx2.MockTransport``: each request gets the next recorded response, and the request bodies the
-SDK really sent are kept for comparison with the recorded ones.
+The SDKs send through ``httpx2`` (respx patches only ``httpx``), so a ``Replay`` (hango.testing's
+``FakeServer``) is served by an ``httpx2.MockTransport``: each request gets the next recorded
+response, and the request bodies the SDK really sent are kept for comparison with the recorded
+ones. The SSE streams are hango.testing's ``anthropic_stream`` / ``openai_stream``.
 
 The providers always stream. For a recording of a NON-streaming exchange, ``served`` synthesizes
 the equivalent SSE stream from the recorded JSON response (following each API's documented
@@ -27,13 +28,12 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx2
 import yaml
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -52,27 +52,12 @@ from hango.provider import (
     ToolSpec,
     ToolUseBlock,
 )
+from hango.provider.messages import StopReason, Usage
+from hango.testing.providers import Served, anthropic_stream, openai_stream
 
 CASSETTES = Path(__file__).parent / "cassettes"
 
 JSONDict = dict[str, Any]
-
-
-@attrs.frozen
-class Served:
-    """One HTTP response to serve: status, content type and body bytes."""
-
-    status: int
-    content_type: str
-    body: bytes
-    headers: Mapping[str, str] = attrs.field(factory=dict)
-
-    def response(self) -> httpx2.Response:
-        return httpx2.Response(
-            self.status,
-            headers={"content-type": self.content_type, **self.headers},
-            content=self.body,
-        )
 
 
 @attrs.frozen
@@ -86,6 +71,16 @@ class Interaction:
     def json(self) -> JSONDict:
         result: JSONDict = json.loads(self.body)
         return result
+
+
+@attrs.frozen
+class Turn:
+    """What one recorded turn must give: its stop reason and usage (and the final message)."""
+
+    stop_reason: StopReason
+    usage: Usage
+    #: the expected message of a streamed last turn, which no later recorded request repeats
+    final: tuple[Block, ...] | None = None
 
 
 def load(name: str) -> list[Interaction]:
@@ -115,119 +110,13 @@ def load(name: str) -> list[Interaction]:
     return interactions
 
 
-def _sse(events: Sequence[tuple[str | None, object]]) -> bytes:
-    lines = []
-    for name, data in events:
-        payload = data if isinstance(data, str) else json.dumps(data)
-        lines.append((f"event: {name}\n" if name else "") + f"data: {payload}\n\n")
-    return "".join(lines).encode()
-
-
-def anthropic_sse(message: JSONDict) -> bytes:
-    """The SSE stream the Messages API sends for ``message`` (a non-streaming response body):
-    message_start, then start / delta / stop per content block, message_delta, message_stop
-    (https://platform.claude.com/docs/en/build-with-claude/streaming). A (server) tool call's
-    input comes as one ``input_json_delta``, a text's citations as ``citations_delta``\\s, and
-    any other block whole in its start event, as the streamed recordings show."""
-    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
-    events: list[tuple[str | None, object]] = [
-        ("message_start", {"type": "message_start", "message": start})
-    ]
-    for i, block in enumerate(message["content"]):
-        kind = block["type"]
-        deltas: list[JSONDict] = []
-        if kind == "text" and block.get("citations"):
-            # a cited text opens with an empty citation list; each citation is a delta
-            opening: JSONDict = {"type": "text", "text": "", "citations": []}
-            deltas = [{"type": "citations_delta", "citation": c} for c in block["citations"]]
-            deltas.append({"type": "text_delta", "text": block["text"]})
-        elif kind == "text":
-            opening = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": block["text"]}]
-        elif kind == "thinking":
-            opening = {"type": "thinking", "thinking": "", "signature": ""}
-            deltas = [
-                {"type": "thinking_delta", "thinking": block["thinking"]},
-                {"type": "signature_delta", "signature": block["signature"]},
-            ]
-        elif kind in ("tool_use", "server_tool_use"):
-            opening = {**block, "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        else:
-            opening = block  # redacted thinking and server tool results arrive whole
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": i, "content_block": opening},
-            )
-        )
-        events += [
-            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
-            for d in deltas
-        ]
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
-    if "stop_details" in message:
-        delta["stop_details"] = message["stop_details"]
-    events.append(
-        ("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]})
-    )
-    events.append(("message_stop", {"type": "message_stop"}))
-    return _sse(events)
-
-
-def openai_sse(completion: JSONDict) -> bytes:
-    """The chunks Chat Completions streams for ``completion`` with ``include_usage``: content,
-    each tool call opened with id and name then its arguments, the finish reason, a usage chunk
-    with no choices, ``[DONE]`` (https://platform.openai.com/docs/api-reference/chat-streaming)."""
-    base = {k: completion[k] for k in ("id", "created", "model")}
-    base["object"] = "chat.completion.chunk"
-    choice = completion["choices"][0]
-    message = choice["message"]
-
-    def chunk(delta: JSONDict, finish: str | None = None) -> JSONDict:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-    chunks: list[JSONDict] = [chunk({"role": "assistant", "content": message.get("content")})]
-    for j, call in enumerate(message.get("tool_calls") or ()):
-        function = call["function"]
-        opening = {"index": j, "id": call["id"], "type": "function"}
-        opening["function"] = {"name": function["name"], "arguments": ""}
-        chunks.append(chunk({"tool_calls": [opening]}))
-        arguments = {"index": j, "function": {"arguments": function["arguments"]}}
-        chunks.append(chunk({"tool_calls": [arguments]}))
-    chunks.append(chunk({}, choice["finish_reason"]))
-    chunks.append({**base, "choices": [], "usage": completion["usage"]})
-    return _sse([*((None, c) for c in chunks), (None, "[DONE]")])
-
-
 def served(interaction: Interaction, api: str) -> Served:
     """What the mock server answers for ``interaction``: the recording itself, or for a
     non-streaming success the SSE stream synthesized from its JSON (see module docstring)."""
     if interaction.streamed or interaction.status != 200:
         return Served(interaction.status, interaction.content_type, interaction.body)
-    synthesize = anthropic_sse if api == "anthropic" else openai_sse
+    synthesize = anthropic_stream if api == "anthropic" else openai_stream
     return Served(200, "text/event-stream", synthesize(interaction.json()))
-
-
-class Replay:
-    """An ``httpx2`` mock transport serving ``responses`` in order and keeping the requests."""
-
-    def __init__(self, responses: Sequence[Served | httpx2.Response]) -> None:
-        self.responses = list(responses)
-        self.requests: list[httpx2.Request] = []
-
-    def handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        answer = self.responses[len(self.requests) - 1]
-        return answer.response() if isinstance(answer, Served) else answer
-
-    @property
-    def bodies(self) -> list[JSONDict]:
-        return [json.loads(r.content) for r in self.requests]
-
-    def client(self) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
 
 
 # --- recorded wire format -> hango records (to build the requests hango sends) -------------

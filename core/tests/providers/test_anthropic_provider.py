@@ -17,7 +17,6 @@ import httpx2
 import pytest
 
 from hango.provider import (
-    Block,
     Message,
     ModelError,
     ProviderRetry,
@@ -43,14 +42,18 @@ from hango.provider.events import (
     ToolUseStart,
     ToolUseStop,
 )
+from hango.testing.providers import FakeServer as Replay
+from hango.testing.providers import Served
+from hango.testing.providers import anthropic_error as error
+from hango.testing.providers import anthropic_message as message
+from hango.testing.providers import anthropic_stream as anthropic_sse
+from hango.testing.providers import streamed as sse
 
 from .provider_cassettes import (
-    Replay,
-    Served,
+    Turn,
     anthropic_first_request,
     anthropic_messages,
     anthropic_request,
-    anthropic_sse,
     as_recorded,
     load,
     recorded_span,
@@ -72,14 +75,6 @@ async def model_on(
     async with replay.client() as http:
         client = anthropic.AsyncAnthropic(api_key="test-key", http_client=http)
         yield AnthropicModel(client, name, base_delay=0.001, **options)
-
-
-@attrs.frozen
-class Turn:
-    stop_reason: StopReason
-    usage: Usage
-    #: the expected message of a streamed last turn, which no later recorded request repeats
-    final: tuple[Block, ...] | None = None
 
 
 CONVERSATIONS = {
@@ -290,29 +285,6 @@ async def test_stream_events_of_a_server_tool_call() -> None:
 # --- synthetic cases ------------------------------------------------------------------------
 
 USER = Request(model="claude-test", messages=(Message.user("hi"),))
-
-
-def message(*content: dict[str, Any], stop_reason: str = "end_turn") -> dict[str, Any]:
-    """A Messages API response body, to stream with ``anthropic_sse``."""
-    return {
-        "id": "msg_test",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test",
-        "content": list(content),
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 5},
-    }
-
-
-def sse(body: bytes) -> Served:
-    return Served(200, "text/event-stream", body)
-
-
-def error(status: int, kind: str, text: str, headers: dict[str, str] | None = None) -> Served:
-    body = json.dumps({"type": "error", "error": {"type": kind, "message": text}})
-    return Served(status, "application/json", body.encode(), headers or {})
 
 
 HELLO = sse(anthropic_sse(message({"type": "text", "text": "Hello."})))

@@ -16,8 +16,8 @@ from hango.provider import Message, ModelError, Request, accumulate
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.model import Model
 from hango.provider.openai import OpenAIChatModel
-
-from .provider_cassettes import Replay, Served
+from hango.testing.providers import FakeServer as Replay
+from hango.testing.providers import Served
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +68,7 @@ async def test_a_server_failure_retries_did_not_cure_is_transient(
     build: Callable[[httpx2.AsyncClient], Model], served: Served, status: int
 ) -> None:
     replay = Replay([served] * 2)
-    error = await failure(build, replay.handle)
+    error = await failure(build, replay)
     assert len(replay.requests) == 2  # the provider's own retry ran first
     assert (error.status, error.transient) == (status, True)
 
@@ -98,7 +98,7 @@ async def test_a_rejected_request_is_not_transient(
     build: Callable[[httpx2.AsyncClient], Model], served: Served
 ) -> None:
     replay = Replay([served] * 2)
-    error = await failure(build, replay.handle)
+    error = await failure(build, replay)
     assert len(replay.requests) == 1
     assert (error.status, error.transient) == (400, False)
 
@@ -154,6 +154,6 @@ async def test_a_failure_after_content_reached_the_caller_is_not_transient() -> 
     ]
     body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
     replay = Replay([Served(200, "text/event-stream", body.encode())] * 2)
-    error = await failure(on_anthropic, replay.handle)
+    error = await failure(on_anthropic, replay)
     assert len(replay.requests) == 1
     assert (error.status, error.transient) == (529, False)

@@ -15,7 +15,6 @@ import openai
 import pytest
 
 from hango.provider import (
-    Block,
     Message,
     ModelError,
     ProviderRetry,
@@ -31,10 +30,11 @@ from hango.provider import (
 )
 from hango.provider.events import MessageStop, TextDelta, ToolInputDelta, ToolUseStart, ToolUseStop
 from hango.provider.openai import MaxTokensField, OpenAIChatModel
+from hango.testing.providers import FakeServer as Replay
+from hango.testing.providers import Served
 
 from .provider_cassettes import (
-    Replay,
-    Served,
+    Turn,
     load,
     openai_first_request,
     openai_messages,
@@ -57,14 +57,6 @@ async def model_on(
     async with replay.client() as http:
         client = openai.AsyncOpenAI(api_key="test-key", http_client=http)
         yield OpenAIChatModel(client, name, base_delay=0.001, max_tokens_field=field, **options)
-
-
-@attrs.frozen
-class Turn:
-    stop_reason: StopReason
-    usage: Usage
-    #: the expected message of a streamed last turn, which no later recorded request repeats
-    final: tuple[Block, ...] | None = None
 
 
 FINAL_ANSWERS = {

@@ -130,6 +130,6 @@ def test_retry_after_header(headers: dict[str, str], seconds: float | None) -> N
 
 def test_the_python_example_in_the_docs_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    docs = Path(__file__).parents[3] / "docs" / "providers.md"
+    docs = Path(__file__).parents[3] / "docs" / "how-to" / "use-a-model-provider.md"
     (example,) = re.findall(r"```python\n(.*?)```", docs.read_text(encoding="utf-8"), re.S)
     exec(compile(example, str(docs), "exec"), {})

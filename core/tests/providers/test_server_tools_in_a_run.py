@@ -20,8 +20,9 @@ from hango import AgentDefinition, Event, Harness, RunStatus, ToolCallStarted, T
 from hango.provider import ServerBlock, StopReason
 from hango.provider.anthropic import AnthropicModel
 from hango.store.sqlite import SqliteRunStore
+from hango.testing.providers import FakeServer as Replay
 
-from .provider_cassettes import Replay, anthropic_request, as_recorded, load, served
+from .provider_cassettes import anthropic_request, as_recorded, load, served
 from .test_anthropic_provider import HELLO
 
 pytestmark = [

@@ -3,12 +3,9 @@ of calls, the pass-through without an allowlist, the plugin entry point."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
@@ -20,7 +17,6 @@ from hango import (
     Message,
     ModelResponse,
     Request,
-    ScriptedModel,
     StopReason,
     TextBlock,
     Tool,
@@ -33,7 +29,7 @@ from hango import (
     tool,
 )
 from hango.agent.stack import STACK_ORDER
-from hango.discovery import default_stack, discover
+from hango.discovery import default_stack
 from hango.middleware import (
     ModelHandler,
     ModelRequest,
@@ -43,25 +39,8 @@ from hango.middleware import (
     ToolHandler,
 )
 from hango.plugins import make_plugin_manager
-from hango.provider.events import StreamEvent
-from hango.testing import agent_harness
+from hango.testing import RecordingModel, agent_harness, assert_installed, new_state
 from hango_allowlist import ToolAllowlistMiddleware
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
-
-
-class RecordingModel:
-    def __init__(self, turns: Sequence[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
-
 
 executed: list[str] = []
 
@@ -118,16 +97,10 @@ class Smuggler:
 
 
 def test_installed_through_entry_point() -> None:
-    eps = importlib.metadata.entry_points(group="hango")
-    (ep,) = [ep for ep in eps if ep.name == "allowlist"]
-    assert ep.value == "hango_allowlist"
-    assert ep.dist is not None and ep.dist.name == "hango-allowlist"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("allowlist") is hango_allowlist
-    version = importlib.metadata.version("hango-allowlist")
-    assert pm.distribution_of("allowlist") == ("hango-allowlist", version)
     config = StackConfig(tool_allowlist=frozenset({"read_file"}))
-    (placed,) = [p for p in discover(config, pm) if p.name == "tool_allowlist"]
+    placed = assert_installed(
+        "allowlist", "hango-allowlist", hango_allowlist, middleware="tool_allowlist", config=config
+    )
     assert placed.slot == STACK_ORDER.index("tool_allowlist") == len(STACK_ORDER) - 1
     assert isinstance(placed.middleware, ToolAllowlistMiddleware)
     assert placed.middleware.allowed == frozenset({"read_file"})

@@ -4,10 +4,7 @@ that must not spend an approval twice."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
-import uuid
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +15,23 @@ from hango import (
     ConfigError,
     Decision,
     DecisionRefused,
-    Message,
-    Request,
     RunFinished,
     RunStatus,
-    ScriptedModel,
     ToolResult,
-    tool,
 )
-from hango.agent.stack import STACK_ORDER
-from hango.discovery import check_options, discover
+from hango.discovery import check_options
 from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
-from hango.provider.events import StreamEvent
-from hango.testing import TestHarness, agent_harness
+from hango.testing import RecordingModel, ToolBox, agent_harness, assert_installed
+from hango.testing import saved_history as history
 from hango_allowlist import ToolAllowlistMiddleware
 from hango_approval import HumanInTheLoopMiddleware, ToolPolicy
 from hango_repeat import RepeatCallMiddleware
 
 pytestmark = pytest.mark.anyio
 
-executed: list[str] = []
+box = ToolBox()
+executed = box.executed
 flaky: list[bool] = []
 
 
@@ -48,57 +41,37 @@ def _fresh() -> None:
     flaky.clear()
 
 
-@tool
+@box.tool
 def edit_file(path: str, text: str) -> str:
     """Write a file."""
-    executed.append(f"edit_file {path} {text}")
     if flaky and flaky.pop(0):
         raise OSError("disk hiccup")
     return f"wrote {path}"
 
 
-@tool
+@box.tool
 def read_file(path: str) -> str:
     """Read a file."""
-    executed.append(f"read_file {path}")
     return f"contents of {path}"
 
 
-@tool
+@box.tool
 def preview(branch: str) -> str:
     """Deploy a preview."""
-    executed.append(f"preview {branch}")
     return f"preview of {branch}"
 
 
-@tool
+@box.tool
 def deploy(env: str) -> str:
     """Deploy for real."""
-    executed.append(f"deploy {env}")
     return f"deployed to {env}"
 
 
 TOOLS = [edit_file, read_file, preview, deploy]
 
 
-class RecordingModel:
-    def __init__(self, turns: Sequence[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
-
-
 def call(name: str, **input: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "input": input}]}
-
-
-async def history(h: TestHarness, run_id: uuid.UUID) -> list[Message]:
-    run = await h.store.get_run(h.tenant_id, run_id)
-    return await h.store.load_messages(h.tenant_id, run.session_id)
 
 
 def only(finished: RunFinished) -> str:
@@ -110,18 +83,11 @@ def only(finished: RunFinished) -> str:
 
 
 def test_installed_through_entry_point() -> None:
-    eps = importlib.metadata.entry_points(group="hango")
-    (ep,) = [ep for ep in eps if ep.name == "approval"]
-    assert ep.value == "hango_approval"
-    assert ep.dist is not None and ep.dist.name == "hango-approval"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("approval") is hango_approval
-    version = importlib.metadata.version("hango-approval")
-    assert pm.distribution_of("approval") == ("hango-approval", version)
     options = {"human_in_the_loop": {"interrupt_on": {"edit_file": ["approve", "reject"]}}}
     config = StackConfig(middleware_options=options)
-    (placed,) = [p for p in discover(config, pm) if p.name == "human_in_the_loop"]
-    assert placed.slot == STACK_ORDER.index("human_in_the_loop")
+    placed = assert_installed(
+        "approval", "hango-approval", hango_approval, middleware="human_in_the_loop", config=config
+    )
     assert placed.capabilities == ("tool_wrapper",)
     assert isinstance(placed.middleware, HumanInTheLoopMiddleware)
     assert placed.middleware.policies == {"edit_file": ToolPolicy(("approve", "reject"))}

@@ -3,10 +3,8 @@ switch, the options table, the plugin entry point, a kill and resume."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -30,16 +28,16 @@ from hango import (
     TextDelta,
     ToolRegistry,
     telemetry,
-    tool,
 )
 from hango.agent.chain import Chain
 from hango.agent.stack import STACK_ORDER
-from hango.discovery import check_options, discover
-from hango.middleware import ModelRequest, StackConfig, State
+from hango.discovery import check_options
+from hango.middleware import ModelRequest, StackConfig
 from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
 from hango.provider.model import accumulate
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import Killed, ToolBox, assert_installed, kill_and_resume, new_state
 from hango_fallback import MODELS_VARIABLE, ModelFallbackMiddleware, model_name
 
 pytestmark = pytest.mark.anyio
@@ -74,10 +72,6 @@ def overloaded() -> ModelError:
     return ModelError(
         "anthropic overloaded_error (HTTP 529): Overloaded", status=529, transient=True
     )
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 async def call_through(mw: ModelFallbackMiddleware, run_model: Any) -> str:
@@ -235,14 +229,9 @@ async def test_without_models_it_passes_the_failure_through() -> None:
 
 
 def test_installed_through_entry_point() -> None:
-    (ep,) = [ep for ep in importlib.metadata.entry_points(group="hango") if ep.name == "fallback"]
-    assert ep.value == "hango_fallback"
-    assert ep.dist is not None and ep.dist.name == "hango-fallback"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("fallback") is hango_fallback
-    version = importlib.metadata.version("hango-fallback")
-    assert pm.distribution_of("fallback") == ("hango-fallback", version)
-    (placed,) = [p for p in discover(StackConfig(), pm) if p.name == "model_fallback"]
+    placed = assert_installed(
+        "fallback", "hango-fallback", hango_fallback, middleware="model_fallback"
+    )
     assert placed.slot == STACK_ORDER.index("model_fallback") < STACK_ORDER.index("prompt_cache")
     assert placed.capabilities == ("model_wrapper",)
     assert isinstance(placed.middleware, ModelFallbackMiddleware)
@@ -341,24 +330,17 @@ def test_a_bad_default_names_the_variable() -> None:
 # -- through runs: the switch lasts one call, and a kill and resume keeps nothing of it ------
 
 
-class Killed(BaseException):
-    """Ends the process's run mid-batch, as a kill -9 would: nothing is saved after it."""
+box = ToolBox()
 
 
-alive: list[bool] = []
-
-
-@tool
+@box.tool
 def lookup(term: str) -> str:
     """Look a term up."""
-    if not alive:
-        alive.append(True)
-        raise Killed
     return f"{term}: found"
 
 
 async def test_a_switch_lasts_one_call_and_survives_a_kill_and_resume(tmp_path: Path) -> None:
-    alive.clear()
+    box.kill("lookup")  # the first call ends the process's run, as a kill -9 would
     (tmp_path / "backup.toml").write_text(
         '[[turns]]\ntext = "The backup looks it up."\n'
         '[[turns.tool_calls]]\nname = "lookup"\ninput = { term = "vent" }\n',
@@ -390,22 +372,16 @@ async def test_a_switch_lasts_one_call_and_survives_a_kill_and_resume(tmp_path: 
     async def emit(event: Any) -> None:
         events.append(event)
 
-    store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
-    try:
-        first = harness(store)
-        run = await first.start(agent, "look up vent")
-        with pytest.raises(Killed):
-            await first.execute(run.id, emit=emit)
-        killed = await store.get_run(first.tenant_id, run.id)
-        # The backup's deltas reached the caller before the kill.
-        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (
-            "The backup looks it up."
+    async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}") as store:
+        seen = await kill_and_resume(
+            store, harness, agent, "look up vent", killed_by=Killed, emit=emit
         )
-        finished = await harness(store).execute(run.id)
-        record = await store.get_run(first.tenant_id, run.id)
-        messages = await store.load_messages(first.tenant_id, record.session_id)
-    finally:
-        await store.aclose()
+        killed, finished, record = seen.killed, seen.finished, seen.record
+        messages = await store.load_messages(record.tenant_id, record.session_id)
+    # The backup's deltas reached the caller before the kill.
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (
+        "The backup looks it up."
+    )
 
     assert killed.status is RunStatus.RUNNING  # the kill left the last checkpoint
     assert finished.status is RunStatus.COMPLETED

@@ -3,25 +3,21 @@ follows what the provider reports after its own retries."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 
-import anthropic
 import httpx2
-import openai
 import pytest
 
 from hango import Message, Model, ModelError, ModelResponse, Request, ScriptedModel
 from hango.agent.chain import Chain
-from hango.middleware import ModelRequest, State
-from hango.provider.anthropic import AnthropicModel
+from hango.middleware import ModelRequest
 from hango.provider.model import accumulate
-from hango.provider.openai import OpenAIChatModel
+from hango.testing import FakeServer, Served, anthropic_error, new_state
 from hango_fallback import ModelFallbackMiddleware
 
 pytestmark = pytest.mark.anyio
 
-Handler = Callable[[httpx2.Request], httpx2.Response]
+Handler = Callable[[httpx2.Request], httpx2.Response | Served]
 
 
 @pytest.fixture
@@ -30,33 +26,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def anthropic_error(status: int, kind: str, text: str) -> httpx2.Response:
-    body = {"type": "error", "error": {"type": kind, "message": text}}
-    return httpx2.Response(status, json=body)
+def on_anthropic(server: FakeServer) -> Model:
+    return server.anthropic_model("claude-test", max_retries=1)
 
 
-class Server:
-    """Answers every request with ``answer(request)`` and counts them."""
-
-    def __init__(self, answer: Handler) -> None:
-        self.answer = answer
-        self.requests: list[httpx2.Request] = []
-
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        return self.answer(request)
-
-
-def on_anthropic(server: Server) -> Model:
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(server))
-    client = anthropic.AsyncAnthropic(api_key="k", http_client=http)
-    return AnthropicModel(client, "claude-test", max_retries=1, base_delay=0.001)
-
-
-def on_openai(server: Server) -> Model:
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(server))
-    client = openai.AsyncOpenAI(api_key="k", http_client=http)
-    return OpenAIChatModel(client, "gpt-4.1", max_retries=1, base_delay=0.001)
+def on_openai(server: FakeServer) -> Model:
+    return server.openai_model("gpt-4.1", max_retries=1)
 
 
 def refuse(request: httpx2.Request) -> httpx2.Response:
@@ -68,7 +43,7 @@ async def call(run_model: Model, backup: Model) -> ModelResponse:
         assert req.model is not None
         return await accumulate(req.model.stream(req.request))
 
-    state = State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
+    state = new_state()
     request = Request(model="claude-test", messages=(Message.user("hi"),))
     chain = Chain.build([ModelFallbackMiddleware([("scripted:backup", backup)])])
     return await chain.model_call(ModelRequest(request, state, model=run_model), base)
@@ -102,9 +77,9 @@ def spend_limit(_: httpx2.Request) -> httpx2.Response:
     ],
 )
 async def test_a_failure_the_provider_could_not_get_past_switches_models(
-    build: Callable[[Server], Model], answer: Handler, attempts: int
+    build: Callable[[FakeServer], Model], answer: Handler, attempts: int
 ) -> None:
-    server = Server(answer)
+    server = FakeServer(answer)
     backup = ScriptedModel.from_turns([{"text": "from the backup"}])
     response = await call(build(server), backup)
     assert response.message.text == "from the backup"
@@ -141,9 +116,9 @@ async def test_a_failure_the_provider_could_not_get_past_switches_models(
     ids=["anthropic-context-overflow", "anthropic-bad-request", "openai-context-overflow"],
 )
 async def test_a_rejected_request_never_switches_models(
-    build: Callable[[Server], Model], answer: Handler
+    build: Callable[[FakeServer], Model], answer: Handler
 ) -> None:
-    server = Server(answer)
+    server = FakeServer(answer)
     backup = ScriptedModel.from_turns([{"text": "from the backup"}])
     with pytest.raises(ModelError, match="HTTP 400"):
         await call(build(server), backup)

@@ -4,17 +4,10 @@ counters that survive a SIGKILL and a resume without double-counting or forgetti
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -30,52 +23,43 @@ from hango import (
     AgentDefinition,
     ConfigError,
     Decision,
-    Message,
-    Request,
     RunFinished,
     RunStatus,
-    ScriptedModel,
     ToolResult,
     telemetry,
     tool,
 )
-from hango.agent.stack import STACK_ORDER
-from hango.discovery import check_options, discover
+from hango.discovery import check_options
 from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
-from hango.provider.events import StreamEvent
 from hango.store.sqlite import SqliteRunStore
-from hango.testing import TestHarness, agent_harness, assert_valid_history
+from hango.testing import (
+    HangoCli,
+    RecordingModel,
+    TestHarness,
+    ToolBox,
+    agent_harness,
+    assert_installed,
+    assert_valid_history,
+    kill_when,
+)
+from hango.testing import saved_history as history
 from hango_limits import LimitPolicy, LimitsMiddleware
 
-executed: list[str] = []
+box = ToolBox()
+executed = box.executed
 
 
-@tool
+@box.tool
 def search(q: str) -> str:
     """Search for q."""
-    executed.append(f"search {q}")
     return f"found {q}"
 
 
-@tool
+@box.tool
 def note(text: str) -> str:
     """Write a note."""
-    executed.append(f"note {text}")
     return f"noted {text}"
-
-
-class Recording:
-    """A scripted model that keeps every request it was sent."""
-
-    def __init__(self, turns: Sequence[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
 
 
 def limits(**options: Any) -> LimitsMiddleware:
@@ -91,11 +75,6 @@ def calls(*specs: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"tool_calls": [{"name": n, "input": i} for n, i in specs]}
 
 
-async def history(h: TestHarness, run_id: uuid.UUID) -> list[Message]:
-    record = await h.store.get_run(h.tenant_id, run_id)
-    return await h.store.load_messages(h.tenant_id, record.session_id)
-
-
 async def private(h: TestHarness, run_id: uuid.UUID) -> dict[str, Any]:
     record = await h.store.get_run(h.tenant_id, run_id)
     value: dict[str, Any] = record.state["private"]["limits"]
@@ -106,17 +85,10 @@ async def private(h: TestHarness, run_id: uuid.UUID) -> dict[str, Any]:
 
 
 def test_installed_through_entry_point() -> None:
-    eps = importlib.metadata.entry_points(group="hango")
-    (ep,) = [ep for ep in eps if ep.name == "limits"]
-    assert ep.value == "hango_limits"
-    assert ep.dist is not None and ep.dist.name == "hango-limits"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("limits") is hango_limits
-    version = importlib.metadata.version("hango-limits")
-    assert pm.distribution_of("limits") == ("hango-limits", version)
     config = StackConfig(middleware_options={"limits": {"run": {"model_calls": 4}}})
-    (placed,) = [p for p in discover(config, pm) if p.name == "limits"]
-    assert placed.slot == STACK_ORDER.index("limits")
+    placed = assert_installed(
+        "limits", "hango-limits", hango_limits, middleware="limits", config=config
+    )
     assert placed.capabilities == ("model_wrapper", "tool_wrapper", "run_hook")
     assert isinstance(placed.middleware, LimitsMiddleware)
     assert [lim.key for lim in placed.middleware.policy.limits] == ["run.model_calls"]
@@ -288,7 +260,7 @@ async def test_end_answers_the_whole_batch_and_leaves_a_history_the_next_message
         calls(("search", {"q": "d"})),
         {"text": "Second answer."},
     ]
-    model = Recording(turns)
+    model = RecordingModel(turns)
     mw = limits(on_tool_limit="end", run={"per_tool": {"search": 1}})
     async with agent_harness(tmp_path, model=model, stack=[mw], tools=[search, note]) as h:
         first = await h.run(h.agent, "first")
@@ -321,7 +293,7 @@ async def test_end_answers_the_whole_batch_and_leaves_a_history_the_next_message
 @pytest.mark.anyio
 async def test_end_on_a_model_call_limit_answers_without_the_model(tmp_path: Path) -> None:
     executed.clear()
-    model = Recording([calls(("note", {"text": str(i)})) for i in range(5)])
+    model = RecordingModel([calls(("note", {"text": str(i)})) for i in range(5)])
     async with agent_harness(
         tmp_path, model=model, stack=[limits(run={"model_calls": 2})], tools=[note]
     ) as h:
@@ -338,7 +310,7 @@ async def test_end_on_a_model_call_limit_answers_without_the_model(tmp_path: Pat
 
 @pytest.mark.anyio
 async def test_error_fails_the_run_naming_the_limit(tmp_path: Path) -> None:
-    model = Recording([calls(("note", {"text": str(i)})) for i in range(5)])
+    model = RecordingModel([calls(("note", {"text": str(i)})) for i in range(5)])
     mw = limits(on_limit="error", run={"model_calls": 3})
     async with agent_harness(tmp_path, model=model, stack=[mw], tools=[note]) as h:
         finished = await h.run(h.agent, "go")
@@ -432,7 +404,7 @@ async def test_output_tokens_cap_max_tokens_then_end_the_run(tmp_path: Path) -> 
         {**calls(("note", {"text": "2"})), "usage": {**usage, "output_tokens": 30}},
         {"text": "never"},
     ]
-    model = Recording(turns)
+    model = RecordingModel(turns)
     async with agent_harness(
         tmp_path, model=model, stack=[limits(run={"output_tokens": 100})], tools=[note]
     ) as h:
@@ -453,7 +425,7 @@ async def test_a_session_limit_counts_the_earlier_runs_of_the_session(tmp_path: 
         calls(("note", {"text": "2"})),
         {"text": "never"},
     ]
-    model = Recording(turns)
+    model = RecordingModel(turns)
     mw = limits(session={"model_calls": 3}, run={"model_calls": 10})
     async with agent_harness(tmp_path, model=model, stack=[mw], tools=[note]) as h:
         first = await h.run(h.agent, "one")
@@ -510,7 +482,7 @@ async def test_session_tokens_and_raises_carry_to_the_sessions_next_run(tmp_path
         {**calls(("search", {"q": "c"})), "usage": {"output_tokens": 5}},
         {"text": "Second answer.", "usage": {"output_tokens": 5}},
     ]
-    model = Recording(turns)
+    model = RecordingModel(turns)
     mw = limits(
         on_tool_limit="suspend",
         session={"output_tokens": 100, "per_tool": {"search": 1}},
@@ -680,6 +652,9 @@ def slow(seconds: float) -> str:
     return "slept"
 '''
 
+#: Without history repair the resumed run finishes its interrupted batch itself.
+NO_REPAIR = {"HANGO_DISABLE_PLUGINS": "repair"}
+
 SCRIPT = """
 [[turns]]
 tool_calls = [
@@ -703,38 +678,18 @@ run = { model_calls = 3, tool_calls = 3 }
 """
 
 
-def hango_cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = os.environ | {
-        "HANGO_DATABASE_URL": f"sqlite:///{cwd / 'hango.db'}",
-        "NO_COLOR": "1",
-        # Without history repair the resumed run finishes its interrupted batch itself.
-        "HANGO_DISABLE_PLUGINS": "repair",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "hango", *args],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_counters_survive_a_sigkill_and_a_resume(tmp_path: Path) -> None:
+async def test_counters_survive_a_sigkill_and_a_resume(
+    tmp_path: Path, agent_dir: Callable[..., Path], hango_cli: HangoCli
+) -> None:
     """The run is killed while its second tool call runs. The first call's count was saved
     with its result; the killed call is counted once, when it runs again after the resume.
     Double-counting would block note b; forgetting would let note c run."""
-    (tmp_path / "slow_tools.py").write_text(textwrap.dedent(SLOW_TOOLS))
-    (tmp_path / "script.toml").write_text(textwrap.dedent(SCRIPT))
-    (tmp_path / "agent.toml").write_text(textwrap.dedent(AGENT))
+    agent_dir(agent=AGENT, script=SCRIPT, tools={"slow_tools": SLOW_TOOLS})
     log = tmp_path / "calls.log"
-    proc = hango_cli("run", "--agent", "agent.toml", "go", cwd=tmp_path)
-    deadline = time.monotonic() + 30
-    while "slow" not in (log.read_text() if log.exists() else ""):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the slow tool never started"
-        await anyio.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL
+    proc = hango_cli("run", "--agent", "agent.toml", "go", env=NO_REPAIR)
+    await kill_when(proc, log, "slow", never="the slow tool never started")
 
     store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
     async with store:
@@ -742,7 +697,7 @@ async def test_counters_survive_a_sigkill_and_a_resume(tmp_path: Path) -> None:
         killed = await store.get_run(uuid.UUID(int=0), run.id)
     assert killed.state["private"]["limits"]["run"]["tool_calls"] == 1
     (tmp_path / "fast").touch()
-    resumed = hango_cli("resume", "--force", str(run.id), cwd=tmp_path)
+    resumed = hango_cli("resume", "--force", str(run.id), env=NO_REPAIR)
     out, err = resumed.communicate(timeout=60)
     assert resumed.returncode == 0, err
     assert "Finished." in out

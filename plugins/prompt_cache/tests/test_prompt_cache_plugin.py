@@ -3,8 +3,6 @@ its per-run state across a kill and resume, the options table, the plugin entry 
 
 from __future__ import annotations
 
-import importlib.metadata
-import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -37,15 +35,15 @@ from hango import (
     ToolUseBlock,
     Usage,
     telemetry,
-    tool,
 )
 from hango.agent.chain import Chain
 from hango.agent.stack import STACK_ORDER
-from hango.discovery import check_options, discover
+from hango.discovery import check_options
 from hango.middleware import ModelRequest, StackConfig, State
 from hango.plugins import make_plugin_manager
 from hango.provider.messages import Block
 from hango.store.sqlite import SqliteRunStore
+from hango.testing import Killed, ToolBox, assert_installed, kill_and_resume, new_state
 from hango_prompt_cache import (
     CACHE_BUST,
     EXPECTED_TOKENS,
@@ -83,10 +81,6 @@ class Capture:
         usage = self.usages[min(len(self.requests), len(self.usages) - 1)]
         self.requests.append(req)
         return ModelResponse(Message("assistant", (TextBlock("ok"),)), StopReason.END_TURN, usage)
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 TOOLS = (ToolSpec("search", "Search.", {"type": "object"}), ToolSpec("read", "Read.", {}))
@@ -312,19 +306,12 @@ async def test_a_malformed_private_state_names_the_middleware() -> None:
         )
 
 
-class Killed(BaseException):
-    """Ends the process's run mid-batch, as a kill -9 would: nothing is saved after it."""
+box = ToolBox()
 
 
-alive: list[bool] = []
-
-
-@tool
+@box.tool
 def lookup(term: str) -> str:
     """Look a term up."""
-    if not alive:
-        alive.append(True)
-        raise Killed
     return f"{term}: found"
 
 
@@ -337,7 +324,7 @@ async def test_the_established_prefix_survives_a_kill_and_resume(
     recording_span: Callable[[], AbstractContextManager[Span]],
     exporter: InMemorySpanExporter,
 ) -> None:
-    alive.clear()
+    box.kill("lookup")  # the first call ends the process's run, as a kill -9 would
     model = ScriptedAnthropic.from_turns(
         [
             {
@@ -355,18 +342,11 @@ async def test_the_established_prefix_survives_a_kill_and_resume(
         pm.register(hango_prompt_cache, name="prompt_cache")
         return Harness(store, model=model, plugins=pm, tools=ToolRegistry([lookup]), settings={})
 
-    store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
-    try:
-        first = harness(store)
-        run = await first.start(agent, "look up vent")
-        with pytest.raises(Killed):
-            await first.execute(run.id)
-        killed = await store.get_run(first.tenant_id, run.id)
-        with recording_span():
-            finished = await harness(store).execute(run.id)
-        record = await store.get_run(first.tenant_id, run.id)
-    finally:
-        await store.aclose()
+    async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}") as store:
+        seen = await kill_and_resume(
+            store, harness, agent, "look up vent", killed_by=Killed, around_resume=recording_span
+        )
+    killed, finished, record = seen.killed, seen.finished, seen.record
     assert killed.status is RunStatus.RUNNING
     assert killed.state["private"]["prompt_cache"] == {"tokens": 2400}
     assert finished.status is RunStatus.COMPLETED
@@ -380,16 +360,9 @@ async def test_the_established_prefix_survives_a_kill_and_resume(
 
 
 def test_installed_through_entry_point() -> None:
-    (ep,) = [
-        ep for ep in importlib.metadata.entry_points(group="hango") if ep.name == "prompt_cache"
-    ]
-    assert ep.value == "hango_prompt_cache"
-    assert ep.dist is not None and ep.dist.name == "hango-prompt-cache"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("prompt_cache") is hango_prompt_cache
-    version = importlib.metadata.version("hango-prompt-cache")
-    assert pm.distribution_of("prompt_cache") == ("hango-prompt-cache", version)
-    (placed,) = [p for p in discover(StackConfig(), pm) if p.name == "prompt_cache"]
+    placed = assert_installed(
+        "prompt_cache", "hango-prompt-cache", hango_prompt_cache, middleware="prompt_cache"
+    )
     assert STACK_ORDER.index("model_fallback") < placed.slot == STACK_ORDER.index("prompt_cache")
     assert placed.slot < STACK_ORDER.index("memory")
     assert placed.capabilities == ("model_wrapper",)

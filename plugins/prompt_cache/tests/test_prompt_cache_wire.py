@@ -11,9 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx2
-import openai
 import pytest
 
 from hango import AgentDefinition, Model, Request, RunStatus, TextBlock, tool
@@ -21,7 +19,15 @@ from hango.middleware import State
 from hango.provider.anthropic import AnthropicModel
 from hango.provider.events import StreamEvent
 from hango.provider.openai import OpenAIChatModel
-from hango.testing import agent_harness
+from hango.testing import (
+    FakeAnthropic,
+    FakeOpenAI,
+    FakeServer,
+    agent_harness,
+    anthropic_answer,
+    anthropic_error,
+    openai_answer,
+)
 from hango_fallback import ModelFallbackMiddleware
 from hango_prompt_cache import PromptCacheMiddleware
 
@@ -30,128 +36,15 @@ JSONDict = dict[str, Any]
 pytestmark = pytest.mark.anyio
 
 
-# -- the APIs' wire formats: mock servers behind the real SDK clients ----------------------
+# -- the APIs' wire formats: hango.testing's fake servers behind the real SDK clients ------
 
 
-def _sse(events: Sequence[tuple[str | None, object]]) -> bytes:
-    out = []
-    for name, data in events:
-        payload = data if isinstance(data, str) else json.dumps(data)
-        out.append((f"event: {name}\n" if name else "") + f"data: {payload}\n\n")
-    return "".join(out).encode()
+def anthropic_model(server: FakeServer) -> AnthropicModel:
+    return server.anthropic_model("claude-test", max_retries=1)
 
 
-def anthropic_answer(
-    text: str = "",
-    *,
-    calls: Sequence[tuple[str, str, JSONDict]] = (),
-    read: int = 0,
-    written: int = 0,
-    uncached: int = 10,
-) -> httpx2.Response:
-    """A streamed Messages answer: ``text``, then ``calls`` as ``(id, name, input)``, with
-    ``read`` / ``written`` cache tokens and ``uncached`` input tokens in its usage
-    (https://platform.claude.com/docs/en/build-with-claude/streaming)."""
-    usage = {
-        "input_tokens": uncached,
-        "output_tokens": 1,
-        "cache_read_input_tokens": read,
-        "cache_creation_input_tokens": written,
-    }
-    message = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test",
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": usage,
-    }
-    events: list[tuple[str | None, object]] = [
-        ("message_start", {"type": "message_start", "message": message})
-    ]
-    blocks: list[tuple[JSONDict, JSONDict]] = []
-    if text:
-        blocks.append(({"type": "text", "text": ""}, {"type": "text_delta", "text": text}))
-    for id_, name, arguments in calls:
-        opening = {"type": "tool_use", "id": id_, "name": name, "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
-        blocks.append((opening, delta))
-    for i, (opening, delta) in enumerate(blocks):
-        events += [
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": i, "content_block": opening},
-            ),
-            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": i}),
-        ]
-    stop = {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None}
-    events += [
-        ("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_sse(events))
-
-
-def anthropic_error(status: int, kind: str, text: str) -> httpx2.Response:
-    return httpx2.Response(status, json={"type": "error", "error": {"type": kind, "message": text}})
-
-
-def openai_answer(text: str) -> httpx2.Response:
-    """A streamed Chat Completions answer with the usage chunk and ``[DONE]``
-    (https://platform.openai.com/docs/api-reference/chat-streaming)."""
-    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "gpt"}
-    chunks: list[object] = [
-        {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}
-            ],
-        },
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-        {
-            **base,
-            "choices": [],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
-        },
-        "[DONE]",
-    ]
-    return httpx2.Response(
-        200,
-        headers={"content-type": "text/event-stream"},
-        content=_sse([(None, c) for c in chunks]),
-    )
-
-
-class Server:
-    """Answers the requests in order with ``answers`` and keeps what was sent."""
-
-    def __init__(self, answers: Sequence[httpx2.Response]) -> None:
-        self.answers = list(answers)
-        self.requests: list[httpx2.Request] = []
-
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        return self.answers[len(self.requests) - 1]
-
-    @property
-    def bodies(self) -> list[JSONDict]:
-        return [json.loads(r.content) for r in self.requests]
-
-    def http(self) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(transport=httpx2.MockTransport(self))
-
-
-def anthropic_model(server: Server) -> AnthropicModel:
-    client = anthropic.AsyncAnthropic(api_key="k", http_client=server.http())
-    return AnthropicModel(client, "claude-test", max_retries=1, base_delay=0.001)
-
-
-def openai_model(server: Server) -> OpenAIChatModel:
-    client = openai.AsyncOpenAI(api_key="k", http_client=server.http())
-    return OpenAIChatModel(client, "gpt-test", max_retries=1, base_delay=0.001)
+def openai_model(server: FakeServer) -> OpenAIChatModel:
+    return server.openai_model("gpt-test", max_retries=1)
 
 
 # -- the prompt as Anthropic caches it ------------------------------------------------------
@@ -227,7 +120,7 @@ SCRIPT = [
 async def run_on_anthropic(
     tmp_path: Path, planner: Contributor, memory: Contributor
 ) -> list[dict[str, Any]]:
-    server = Server(SCRIPT)
+    server = FakeAnthropic(SCRIPT)
     stack = [planner, PromptCacheMiddleware(), memory]
     async with agent_harness(
         tmp_path, model=anthropic_model(server), stack=stack, tools=[search, read_note]
@@ -318,8 +211,8 @@ def markers(request: Request) -> list[object]:
 
 async def test_langchain_33709_fallback_to_openai_sends_no_cache_control(tmp_path: Path) -> None:
     overloaded = anthropic_error(529, "overloaded_error", "Overloaded")
-    anthropic_server = Server([overloaded, overloaded])
-    openai_server = Server([openai_answer("Answered by the fallback.")])
+    anthropic_server = FakeAnthropic([overloaded, overloaded])
+    openai_server = FakeOpenAI([openai_answer("Answered by the fallback.")])
     run_model = Recorded(anthropic_model(anthropic_server))
     backup = Recorded(openai_model(openai_server))
     stack = [ModelFallbackMiddleware([("openai:gpt-test", backup)]), PromptCacheMiddleware()]
@@ -340,8 +233,8 @@ async def test_langchain_33709_fallback_to_openai_sends_no_cache_control(tmp_pat
 
 async def test_fallback_from_openai_to_anthropic_gets_breakpoints(tmp_path: Path) -> None:
     unavailable = httpx2.Response(503, json={"error": {"message": "unavailable"}})
-    down = Server([unavailable, unavailable])
-    anthropic_server = Server([anthropic_answer("Answered by Claude.")])
+    down = FakeOpenAI([unavailable, unavailable])
+    anthropic_server = FakeAnthropic([anthropic_answer("Answered by Claude.")])
     stack = [
         ModelFallbackMiddleware([("anthropic:claude-test", anthropic_model(anthropic_server))]),
         PromptCacheMiddleware(ttl="1h"),

@@ -3,9 +3,8 @@ alone, a cancelled batch resumed with a valid history, the plugin entry point.""
 
 from __future__ import annotations
 
-import importlib.metadata
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from opentelemetry.trace import Span
 import hango_repair
 from hango import (
     Message,
-    Request,
     RunStatus,
     ScriptedModel,
     TextBlock,
@@ -30,18 +28,20 @@ from hango import (
     ToolUseBlock,
     tool,
 )
-from hango.agent.stack import STACK_ORDER
-from hango.discovery import default_stack, discover
+from hango.discovery import default_stack
 from hango.middleware import StackConfig, State
 from hango.plugins import make_plugin_manager
-from hango.provider.events import StreamEvent
-from hango.testing import TestHarness, agent_harness, assert_valid_history, history_problems
+from hango.testing import (
+    RecordingModel,
+    TestHarness,
+    agent_harness,
+    assert_installed,
+    assert_valid_history,
+    history_problems,
+    new_state,
+)
 from hango_repair import INTERRUPTED, RepairToolCallsMiddleware, repair_history
 from hango_repair.middleware import HISTORY_REPAIRED, RESULTS_ADDED, RESULTS_DROPPED
-
-
-def new_state(messages: list[Message]) -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), messages=messages)
 
 
 def use(id_: str, name: str = "f") -> ToolUseBlock:
@@ -90,15 +90,9 @@ def problems(messages: Sequence[Message]) -> list[str]:
 
 
 def test_installed_through_entry_point() -> None:
-    (ep,) = [ep for ep in importlib.metadata.entry_points(group="hango") if ep.name == "repair"]
-    assert ep.value == "hango_repair"
-    assert ep.dist is not None and ep.dist.name == "hango-repair"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("repair") is hango_repair
-    version = importlib.metadata.version("hango-repair")
-    assert pm.distribution_of("repair") == ("hango-repair", version)
-    (placed,) = [p for p in discover(StackConfig(), pm) if p.name == "repair_tool_calls"]
-    assert placed.slot == STACK_ORDER.index("repair_tool_calls")
+    placed = assert_installed(
+        "repair", "hango-repair", hango_repair, middleware="repair_tool_calls"
+    )
     assert isinstance(placed.middleware, RepairToolCallsMiddleware)
     assert placed.capabilities == ("run_hook",)
 
@@ -295,17 +289,6 @@ class Tools:
 
     def provide_tools(self, state: State) -> tuple[Tool, ...]:
         return (fast, slow)
-
-
-class RecordingModel:
-    def __init__(self, turns: Sequence[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
 
 
 TURNS: list[dict[str, Any]] = [

@@ -3,8 +3,6 @@ resume, the threshold setting, the plugin entry point."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -27,12 +25,11 @@ from hango import (
     telemetry,
     tool,
 )
-from hango.agent.stack import STACK_ORDER
 from hango.agent.state import dump_state, load_state
-from hango.discovery import default_stack, discover
+from hango.discovery import default_stack
 from hango.middleware import StackConfig, State, ToolCallRequest, load_private
 from hango.plugins import make_plugin_manager
-from hango.testing import agent_harness
+from hango.testing import agent_harness, assert_installed, new_state
 from hango_repeat import (
     RepeatCallMiddleware,
     RepeatCounts,
@@ -40,10 +37,6 @@ from hango_repeat import (
     canonical_json,
     fnv1a_64,
 )
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 class Executions:
@@ -66,15 +59,7 @@ async def call(mw: RepeatCallMiddleware, state: State, name: str, args: Any, run
 
 
 def test_installed_through_entry_point() -> None:
-    (ep,) = [ep for ep in importlib.metadata.entry_points(group="hango") if ep.name == "repeat"]
-    assert ep.value == "hango_repeat"
-    assert ep.dist is not None and ep.dist.name == "hango-repeat"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("repeat") is hango_repeat
-    version = importlib.metadata.version("hango-repeat")
-    assert pm.distribution_of("repeat") == ("hango-repeat", version)
-    (placed,) = [p for p in discover(StackConfig(), pm) if p.name == "repeat_call"]
-    assert placed.slot == STACK_ORDER.index("repeat_call")
+    placed = assert_installed("repeat", "hango-repeat", hango_repeat, middleware="repeat_call")
     assert isinstance(placed.middleware, RepeatCallMiddleware)
     assert placed.middleware.threshold == 3
     assert placed.capabilities == ("tool_wrapper",)

@@ -5,14 +5,7 @@ events; a run killed mid-retry and resumed."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -41,11 +34,11 @@ from hango import (
 from hango.agent.blame import MiddlewareError
 from hango.agent.chain import Chain
 from hango.agent.stack import STACK_ORDER
-from hango.discovery import check_options, discover
-from hango.middleware import StackConfig, State, ToolCallRequest, ToolHandler
+from hango.discovery import check_options
+from hango.middleware import StackConfig, ToolCallRequest, ToolHandler
 from hango.plugins import make_plugin_manager
 from hango.store.sqlite import SqliteRunStore
-from hango.testing import agent_harness
+from hango.testing import HangoCli, agent_harness, assert_installed, kill_when, new_state
 from hango_approval import HumanInTheLoopMiddleware
 from hango_limits import LimitPolicy, LimitsMiddleware
 from hango_retry import RetryPolicy, ToolRetryMiddleware
@@ -83,10 +76,6 @@ class Clock:
         self.now += seconds
 
 
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
-
-
 async def execute(req: ToolCallRequest) -> ToolResult:
     assert req.tool is not None
     return await req.tool.call(dict(req.call.input), ToolContext(req.state, req.call))
@@ -120,16 +109,7 @@ def policy(**options: Any) -> RetryPolicy:
 
 
 def test_installed_through_entry_point() -> None:
-    eps = importlib.metadata.entry_points(group="hango")
-    (ep,) = [ep for ep in eps if ep.name == "retry"]
-    assert ep.value == "hango_retry"
-    assert ep.dist is not None and ep.dist.name == "hango-retry"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("retry") is hango_retry
-    version = importlib.metadata.version("hango-retry")
-    assert pm.distribution_of("retry") == ("hango-retry", version)
-    (placed,) = [p for p in discover(StackConfig(), pm) if p.name == "tool_retry"]
-    assert placed.slot == STACK_ORDER.index("tool_retry")
+    placed = assert_installed("retry", "hango-retry", hango_retry, middleware="tool_retry")
     assert STACK_ORDER.index("human_in_the_loop") < placed.slot
     assert placed.slot < STACK_ORDER.index("tool_allowlist")
     assert placed.capabilities == ("tool_wrapper",)
@@ -516,6 +496,9 @@ def fetch() -> str:
     return f"fetched on attempt {attempt}"
 '''
 
+#: Without history repair the resumed run finishes its interrupted batch itself.
+NO_REPAIR = {"HANGO_DISABLE_PLUGINS": "repair"}
+
 SCRIPT = """
 [[turns]]
 tool_calls = [{ name = "note", input = { text = "a" } }, { name = "fetch", input = {} }]
@@ -536,46 +519,24 @@ jitter = 0
 """
 
 
-def hango_cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = os.environ | {
-        "HANGO_DATABASE_URL": f"sqlite:///{cwd / 'hango.db'}",
-        "NO_COLOR": "1",
-        # Without history repair the resumed run finishes its interrupted batch itself.
-        "HANGO_DISABLE_PLUGINS": "repair",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "hango", *args],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_run_killed_mid_retry_resumes_the_call_with_a_fresh_budget(
-    tmp_path: Path,
+    tmp_path: Path, agent_dir: Callable[..., Path], hango_cli: HangoCli
 ) -> None:
     """Killed during the retry of fetch: nothing of the retry was saved (no result, no
     attempt count), so the resumed run runs the call again with its whole attempt budget,
     and the note that finished before the kill is not run again."""
-    (tmp_path / "flaky_tools.py").write_text(textwrap.dedent(FLAKY_TOOLS))
-    (tmp_path / "script.toml").write_text(textwrap.dedent(SCRIPT))
-    (tmp_path / "agent.toml").write_text(textwrap.dedent(AGENT))
+    agent_dir(agent=AGENT, script=SCRIPT, tools={"flaky_tools": FLAKY_TOOLS})
     log = tmp_path / "calls.log"
-    proc = hango_cli("run", "--agent", "agent.toml", "go", cwd=tmp_path)
-    deadline = time.monotonic() + 30
-    while "fetch2" not in (log.read_text() if log.exists() else ""):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the retry never started"
-        await anyio.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL
+    proc = hango_cli("run", "--agent", "agent.toml", "go", env=NO_REPAIR)
+    await kill_when(proc, log, "fetch2", never="the retry never started")
 
     (tmp_path / "fast").touch()
     store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
     async with store:
         (run,) = await store.list_runs(uuid.UUID(int=0))
-    resumed = hango_cli("resume", "--force", str(run.id), cwd=tmp_path)
+    resumed = hango_cli("resume", "--force", str(run.id), env=NO_REPAIR)
     out, err = resumed.communicate(timeout=60)
     assert resumed.returncode == 0, err
     assert "Finished." in out

@@ -3,9 +3,7 @@ point."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -18,20 +16,16 @@ from opentelemetry.trace import Span
 import hango_todo
 from hango import (
     Message,
-    Request,
-    ScriptedModel,
     TextBlock,
     ToolContext,
     ToolResultBlock,
     ToolUseBlock,
 )
-from hango.agent.stack import STACK_ORDER
 from hango.agent.state import dump_state, load_state
-from hango.discovery import default_stack, discover
+from hango.discovery import default_stack
 from hango.middleware import StackConfig, State, Todo
 from hango.plugins import make_plugin_manager
-from hango.provider.events import StreamEvent
-from hango.testing import agent_harness
+from hango.testing import RecordingModel, agent_harness, assert_installed, new_state
 from hango_todo import WRITE_TODOS, TodoMiddleware, render_plan
 
 PLAN = [
@@ -39,10 +33,6 @@ PLAN = [
     {"content": "Read the incident log", "status": "in_progress"},
     {"content": "Write up the risks", "status": "pending"},
 ]
-
-
-def new_state() -> State:
-    return State(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
 
 
 def in_batch(state: State, *calls: ToolUseBlock) -> ToolUseBlock:
@@ -60,31 +50,8 @@ async def write(state: State, todos: Any) -> Any:
     return await WRITE_TODOS.call(call.input, ToolContext(state, call))
 
 
-class RecordingModel:
-    """A ScriptedModel that keeps every request it was sent."""
-
-    def __init__(self, turns: Sequence[dict[str, Any]]) -> None:
-        self.inner = ScriptedModel.from_turns(turns)
-        self.requests: list[Request] = []
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        self.requests.append(request)
-        async for event in self.inner.stream(request):
-            yield event
-
-
-# -- the plugin ------------------------------------------------------------------------------
-
-
 def test_installed_through_entry_point() -> None:
-    (ep,) = [ep for ep in importlib.metadata.entry_points(group="hango") if ep.name == "todo"]
-    assert ep.value == "hango_todo"
-    assert ep.dist is not None and ep.dist.name == "hango-todo"
-    pm = make_plugin_manager(env={})
-    assert pm.get_plugin("todo") is hango_todo
-    assert pm.distribution_of("todo") == ("hango-todo", importlib.metadata.version("hango-todo"))
-    (placed,) = [p for p in discover(StackConfig(), pm) if p.name == "todo"]
-    assert placed.slot == STACK_ORDER.index("todo")
+    placed = assert_installed("todo", "hango-todo", hango_todo, middleware="todo")
     assert isinstance(placed.middleware, TodoMiddleware)
     assert placed.capabilities == ("tool_provider", "prompt_contributor")
 

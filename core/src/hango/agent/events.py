@@ -32,7 +32,8 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    #: Waiting for a human decision on a pending action (an interrupt); see docs/reference.md.
+    #: Waiting for a human decision on a pending action (an interrupt); see
+    #: docs/reference/middleware-contract.md.
     SUSPENDED = "suspended"
 
 

@@ -4,7 +4,7 @@ Plugins only say WHICH middlewares exist (hook ``hango_middleware``, asked by
 ``hango.discovery``); ``STACK_ORDER`` says where each one sits. Installing or removing a plugin
 fills or empties a slot and never moves another. The one slot that holds more than one
 middleware is ``agent``: the agent file's own ``middleware = [...]`` list, in the agent's order
-(docs/system-architecture.md says why it sits where it does).
+(docs/explanation/middleware-architecture.md says why it sits where it does).
 """
 
 from __future__ import annotations

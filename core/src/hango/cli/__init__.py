@@ -137,7 +137,7 @@ run_json_option = click.option(
 jsonl_option = click.option(
     "--jsonl",
     is_flag=True,
-    help="Stream every event as one JSON object per line (see docs/reference.md).",
+    help="Stream every event as one JSON object per line (see docs/reference/events.md).",
 )
 model_option = click.option(
     "--model", help="Override the agent's model: scripted:PATH, anthropic:NAME, openai:NAME."

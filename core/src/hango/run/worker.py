@@ -140,7 +140,7 @@ class Worker:
         # Expired leases notify no one, so an idle worker also looks every so often.
         self.idle_seconds = min(lease_seconds / 2, 5.0)
         # Runs whose recorded stack needs a middleware this worker cannot build are left in
-        # the queue for a worker that can (docs/postgres.md).
+        # the queue for a worker that can (docs/how-to/run-on-postgres.md).
         self._installed = harness.installed_middleware()
         self._stop = anyio.Event()
         self._claiming = anyio.CancelScope()

@@ -9,7 +9,7 @@ The spans of runs, model calls and tool calls are opened beside their users
 Span names and ``gen_ai.*`` attributes follow the OpenTelemetry GenAI semantic conventions
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/); ``hango.*`` names and the
 ``agent.*`` / ``middleware.*`` events come from the middleware-chain spec. Every event and
-metric is described in ``docs/telemetry.md``.
+metric is described in ``docs/reference/telemetry.md``.
 
 ``tracer`` and ``meter`` exist from import, and an SDK may be installed later
 (``trace.set_tracer_provider`` / ``metrics.set_meter_provider``): ``tracer`` looks the provider

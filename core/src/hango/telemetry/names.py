@@ -3,8 +3,8 @@
 Span names and ``gen_ai.*`` attributes follow the OpenTelemetry GenAI semantic conventions
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/); ``hango.*`` names and the
 ``agent.*`` / ``middleware.*`` events come from the middleware-chain spec. Each is described in
-``docs/telemetry.md``. This module imports nothing, so every layer of hango (the providers
-included) can name what it records without importing the rest of telemetry.
+``docs/reference/telemetry.md``. This module imports nothing, so every layer of hango (the
+providers included) can name what it records without importing the rest of telemetry.
 """
 
 from __future__ import annotations

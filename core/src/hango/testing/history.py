@@ -1,75 +1,20 @@
-"""Helpers for testing agents and middlewares: build a run in a temporary SQLite store, and
-check that a history is one a strict provider accepts (``history_problems``).
+"""Anthropic's strict rules for a conversation, applied to hango messages
+(``history_problems``) and to a Messages API request body (``wire_problems``).
 
-::
-
-    async def test_my_middleware(tmp_path):
-        async with agent_harness(tmp_path, turns=[{"text": "hi"}], stack=[MyMiddleware()]) as h:
-            finished = await h.run(h.agent, "hello")
+Anthropic's Messages API is the strictest of the providers hango speaks to, so a history it
+accepts is one every provider accepts: the kit's fake provider servers and ``RecordingModel``
+(``strict=True``) hold every request to these rules.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hango.agent.definition import AgentDefinition
-from hango.agent.middleware import Middleware
 from hango.provider.messages import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
-from hango.provider.model import Model
-from hango.provider.scripted import ScriptedModel
-from hango.run.runner import Harness
-from hango.store.sqlite import SqliteRunStore
-from hango.tool.base import Tool
-from hango.tool.registry import ToolRegistry
 
 
-class TestHarness(Harness):
-    """A Harness with the ``agent`` it was made for."""
-
-    __test__ = False  # not a pytest test class
-    agent: AgentDefinition
-
-
-@contextlib.asynccontextmanager
-async def agent_harness(
-    tmp_path: Path,
-    *,
-    turns: Sequence[Mapping[str, Any]] | None = None,
-    model: Model | None = None,
-    stack: Sequence[Middleware] = (),
-    tools: Sequence[Tool] = (),
-    tool_allowlist: Sequence[str] | None = None,
-    max_turns: int = 10,
-    settings: Mapping[str, str] | None = None,
-) -> AsyncIterator[TestHarness]:
-    """A harness on a fresh SQLite file under ``tmp_path`` whose agent replays ``turns`` (or
-    uses ``model``) with the given middlewares and tools."""
-    store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
-    if model is None:
-        model = ScriptedModel.from_turns(list(turns or []))
-    harness = TestHarness(
-        store,
-        model=model,
-        stack=lambda _config: list(stack),
-        tools=ToolRegistry(tools),
-        settings=settings or {},
-    )
-    harness.agent = AgentDefinition(
-        name="test",
-        model="scripted:inline",
-        tool_allowlist=None if tool_allowlist is None else tuple(tool_allowlist),
-        max_turns=max_turns,
-    )
-    try:
-        yield harness
-    finally:
-        await store.aclose()
-
-
-def history_problems(messages: Sequence[Message]) -> list[str]:
+def history_problems(messages: Sequence[Message], *, open_tail: bool = False) -> list[str]:
     """What a strict provider would reject in ``messages``, one line per problem (empty: valid).
 
     Anthropic's Messages API is the strictest of the providers hango speaks to, so its rules are
@@ -79,6 +24,9 @@ def history_problems(messages: Sequence[Message]) -> list[str]:
     next (merged) user message, where results come before any other block; every result
     answers a call of the assistant message right before it; tool-call ids are unique, and so
     are result ids.
+
+    ``open_tail``: the history may end in an unfinished batch, as a suspended run's frontier
+    does: the calls of the last assistant message may have no results yet, or only some.
     """
     problems: list[str] = []
     if not messages:
@@ -117,7 +65,7 @@ def history_problems(messages: Sequence[Message]) -> list[str]:
             reply = merged[k + 1][1] if k + 1 < len(merged) else None
             answered = {b.tool_use_id for b in reply or () if isinstance(b, ToolResultBlock)}
             missing = [c for c in calls if c not in answered]
-            if missing:
+            if missing and not (open_tail and k + 2 >= len(merged)):
                 problems.append(f"{at}: tool calls without a result in the next message: {missing}")
             continue
         previous = merged[k - 1][1] if k > 0 else []
@@ -139,7 +87,31 @@ def history_problems(messages: Sequence[Message]) -> list[str]:
     return problems
 
 
-def assert_valid_history(messages: Sequence[Message]) -> None:
+def assert_valid_history(messages: Sequence[Message], *, open_tail: bool = False) -> None:
     """Raise ``AssertionError`` listing every ``history_problems`` of ``messages``."""
-    problems = history_problems(messages)
+    problems = history_problems(messages, open_tail=open_tail)
     assert not problems, "a provider would reject this history:\n" + "\n".join(problems)
+
+
+def wire_problems(body: Mapping[str, Any]) -> list[str]:
+    """``history_problems`` of a Messages API request body (the JSON the Anthropic SDK sent):
+    its ``messages`` are read back into hango messages first. A text block's string content,
+    a tool result's content of any shape and the kinds of block hango does not model (images,
+    thinking, server tool blocks) count as non-empty content; an empty ``text`` still counts
+    as blank. Raises ``KeyError`` or ``TypeError`` for a body with no list of messages."""
+    messages = []
+    for raw in body["messages"]:
+        content = raw["content"]
+        blocks: list[Block] = []
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            kind = block.get("type")
+            if kind == "text":
+                blocks.append(TextBlock(str(block.get("text", ""))))
+            elif kind == "tool_use":
+                blocks.append(ToolUseBlock(str(block["id"]), str(block["name"]), block["input"]))
+            elif kind == "tool_result":
+                blocks.append(ToolResultBlock(str(block["tool_use_id"]), "sent"))
+            else:  # a block the rules say nothing about: it only makes the message non-empty
+                blocks.append(TextBlock(f"<{kind}>"))
+        messages.append(Message(raw["role"], tuple(blocks)))
+    return history_problems(messages)
