@@ -25,7 +25,6 @@ from hango import (
     ConfigError,
     Harness,
     ModelError,
-    PluginError,
     RunNotResumable,
     RunStatus,
     ScriptedModel,
