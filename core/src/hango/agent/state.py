@@ -16,6 +16,7 @@ plan); a middleware's private value belongs to the run, unless the middleware's 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, Literal, TypeVar
@@ -161,13 +162,20 @@ def dump_state(state: State) -> dict[str, JSON]:
     ``StateError`` naming the middleware when a private value is not JSON (written to
     ``State.private`` directly instead of through ``store_private``).
     """
-    private: dict[str, JSON] = {}
-    for name, raw in state.private.items():
-        try:
-            private[name] = json_value(raw)
-        except (ValueError, RecursionError) as exc:
-            path, _, detail = str(exc).partition(": ")
-            raise StateError(name, path or "$", detail, problem="cannot be stored") from exc
+    private = {name: _checked(name, raw) for name, raw in state.private.items()}
+    return {**_head(state), "private": private, **_tail(state)}
+
+
+def _checked(name: str, raw: JSON) -> JSON:
+    try:
+        return json_value(raw)
+    except (ValueError, RecursionError) as exc:
+        path, _, detail = str(exc).partition(": ")
+        raise StateError(name, path or "$", detail, problem="cannot be stored") from exc
+
+
+# The document around ``private``, in its key order: what comes before it and after it.
+def _head(state: State) -> dict[str, JSON]:
     return {
         "version": STATE_VERSION,
         "run_id": str(state.run_id),
@@ -175,10 +183,63 @@ def dump_state(state: State) -> dict[str, JSON]:
         "agent_id": str(state.agent_id),
         "tenant_id": str(state.tenant_id),
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
-        "private": private,
+    }
+
+
+def _tail(state: State) -> dict[str, JSON]:
+    return {
         "usage": CONVERTER.unstructure(state.usage),
         "interrupts": CONVERTER.unstructure(state.interrupts),
     }
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class StateEncoder:
+    """``dump_state`` of one run's state as compact JSON text, made again at every save.
+
+    A private value that is the same object as at the last ``encode`` keeps its text: values
+    are replaced by ``store_private``, never mutated in place (``_Undo`` in the loop relies on
+    it too), so a run whose middlewares keep large values pays for a value only when it
+    changes. A changed value is encoded by ``json`` and checked by reading it back (C speed);
+    only a value that does not read back as itself (a tuple, a key that is not a string) goes
+    through ``json_value``, which names the path of what is not JSON.
+    """
+
+    def __init__(self) -> None:
+        # name -> (the value as last encoded, held so its id is not reused; its text)
+        self._private: dict[str, tuple[JSON, str]] = {}
+
+    def encode(self, state: State) -> str | dict[str, JSON]:
+        """The document as text; or, when its fixed part holds something ``json`` refuses
+        (a non-finite number), the ``dump_state`` dict, so the store raises its
+        ``UnstorableContent``. Raises ``StateError`` as ``dump_state``."""
+        texts: dict[str, tuple[JSON, str]] = {}
+        for name, raw in state.private.items():
+            known = self._private.get(name)
+            if known is not None and known[0] is raw:
+                texts[name] = known
+            else:
+                texts[name] = (raw, self._encode(name, raw))
+        try:
+            head, tail = _compact(_head(state)), _compact(_tail(state))
+        except ValueError:
+            return dump_state(state)
+        self._private = texts
+        private = ",".join(f"{_compact(name)}:{text}" for name, (_, text) in texts.items())
+        return f'{head[:-1]},"private":{{{private}}},{tail[1:]}'
+
+    @staticmethod
+    def _encode(name: str, raw: JSON) -> str:
+        try:
+            text = _compact(raw)
+            if json.loads(text) == raw:
+                return text
+        except (ValueError, TypeError, RecursionError):
+            pass
+        return _compact(_checked(name, raw))
 
 
 def _add_interrupts(doc: dict[str, Any]) -> dict[str, Any]:
