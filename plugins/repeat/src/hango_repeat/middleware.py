@@ -21,7 +21,6 @@ from hango.middleware import (
     ToolHandler,
     load_private,
     record,
-    store_private,
 )
 from hango_repeat.keys import call_key
 
@@ -48,24 +47,46 @@ class RepeatCallMiddleware:
         if threshold < 2:
             raise ValueError(f"threshold must be at least 2, got {threshold}")
         self.threshold = threshold
+        # The private value this middleware stored last, and its counts: while a run's state
+        # still holds that very object, nothing changed it (values are replaced, never
+        # mutated), so the counts need no loading: a run with a thousand distinct calls does
+        # not convert a thousand keys on every call.
+        self._stored: tuple[object, dict[str, int]] | None = None
 
-    def _count(self, state: State, seen: RepeatCounts, key: str) -> None:
-        # ``seen`` as loaded for this call: loading again would report state_missing twice.
-        seen.counts[key] = seen.counts.get(key, 0) + 1
-        store_private(state, self.name, seen)
+    def _counts(self, state: State) -> dict[str, int]:
+        """The run's counts; read-only (``_count`` copies them)."""
+        raw = state.private.get(self.name)
+        stored = self._stored
+        if stored is not None and raw is not None and raw is stored[0]:
+            return stored[1]
+        seen, _ = load_private(state, self.name, RepeatCounts)
+        return seen.counts
+
+    def _count(self, state: State, counts: dict[str, int], key: str) -> None:
+        # Copy on count: the value in the state (and in the last checkpoint's document) is
+        # never changed in place. A dict copy runs in C; it is what a store_private of
+        # RepeatCounts writes ({"counts": {key: int}}), without converting every key again.
+        counted = {**counts, key: counts.get(key, 0) + 1}
+        raw = {"counts": counted}
+        state.private[self.name] = raw
+        self._stored = (raw, counted)
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         call = req.call
         key = call_key(call.name, call.input)
-        seen, _ = load_private(req.state, self.name, RepeatCounts)
-        before = seen.counts.get(key, 0)
+        held = req.state.private.get(self.name)
+        counts = self._counts(req.state)
+        before = counts.get(key, 0)
         if before + 1 < self.threshold:
             result = await next(req)
             # Counted once it has a result: a call cut short by a cancel gave the model
-            # nothing to reuse, so calling it again after a resume is not a repeat.
-            self._count(req.state, seen, key)
+            # nothing to reuse, so calling it again after a resume is not a repeat. Read again
+            # only if the value changed meanwhile (another call of the batch counted).
+            if req.state.private.get(self.name) is not held:
+                counts = self._counts(req.state)
+            self._count(req.state, counts, key)
             return result
-        self._count(req.state, seen, key)
+        self._count(req.state, counts, key)
         record(
             REPEAT_CALL_BLOCKED,
             middleware=self.name,
