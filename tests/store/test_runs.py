@@ -713,8 +713,8 @@ async def test_a_save_the_database_could_not_take_stops_the_run_without_failing_
         executed.append(label)
         return f"{label} done"
 
-    # The save of the first tool result (saves: state, model message, result; the save after
-    # before_run changed nothing, so it was skipped).
+    # The save of the first tool result (saves: the run's first, after before_run; the model's
+    # message; the result).
     flaky = OneSaveUnavailable(store, nth=3)
     harness = Harness(
         flaky,  # type: ignore[arg-type]

@@ -441,10 +441,8 @@ class Harness:
                 model_name = getattr(model, "name", agent.model_spec)
                 spans.agent_model(span, spans.model_attributes(model), model_name)
                 view = plan.tools.view(agent.tool_allowlist)
-                await checkpoint(state)
                 await emit(RunStarted(run_id, run.session_id, resumed))
-                await chain.before_run(state)
-                await checkpoint(state)  # skipped by the saver when before_run changed nothing
+                await _first_checkpoint(state, chain, checkpoint)
                 outcome = await run_loop(
                     state,
                     chain=chain,
@@ -501,6 +499,32 @@ class Harness:
             )
             await emit(finished)
             return finished
+
+
+async def _first_checkpoint(
+    state: State, chain: Chain, checkpoint: Callable[[State], Awaitable[None]]
+) -> None:
+    """Run the ``before_run`` hooks, then make the run's first save.
+
+    One save, not one before the hooks and one after: until it, the run did nothing a new
+    execution would not do again alike (its state comes from the records alone, and the
+    hooks run again), so a save before the hooks would record nothing durable. When the
+    hooks left a state that cannot be saved, the state from before them is saved first, so
+    the run fails keeping a valid document, then the error propagates."""
+    private, todos = dict(state.private), state.todos
+    await chain.before_run(state)
+    try:
+        await checkpoint(state)
+    except (StateError, UnstorableContent):
+        after = dict(state.private), state.todos
+        state.private.clear()
+        state.private.update(private)
+        state.todos = todos
+        await checkpoint(state)
+        state.private.clear()
+        state.private.update(after[0])
+        state.todos = after[1]
+        raise
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
