@@ -94,7 +94,7 @@ async def wait_for_store(url: str, *, settings: Mapping[str, str] | None = None)
     settings = hango_settings() if settings is None else settings
     async for attempt in _waiting_for_database("starting", db_wait_seconds(settings)):
         with attempt:
-            return await open_store(url, settings=settings)
+            return await open_store(url)
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 
