@@ -14,13 +14,16 @@ listed, with one line, in docs/reference/api.md.
   (a ``BaseException``: never swallow it), ``InterruptError`` a misuse.
 - State: ``State``, ``Todo`` / ``TodoStatus``, ``load_private`` / ``store_private`` (typed,
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
-  ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself).
+  ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself),
+  ``narrow_tools`` / ``tool_narrowing`` (the tools a run is narrowed to, enforced by the
+  allowlist).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
 - Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
   ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
   attribute names it takes.
-- Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``.
+- Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``;
+  ``HangoWarning``, the base of warnings the ``hango`` command prints as one line.
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
   ``hango_cli_commands`` hooks.
 """
@@ -56,10 +59,19 @@ from hango.agent.state import (
     Todo,
     TodoStatus,
     load_private,
+    narrow_tools,
     store_private,
+    tool_narrowing,
 )
 from hango.agent.storable import replace_lone_surrogates, storable_result
-from hango.config import ConfigError, StackConfig, duration_setting, float_setting, int_setting
+from hango.config import (
+    ConfigError,
+    HangoWarning,
+    StackConfig,
+    duration_setting,
+    float_setting,
+    int_setting,
+)
 from hango.hookspecs import hookimpl
 from hango.telemetry import (
     ERROR_TYPE,
@@ -90,6 +102,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionType",
+    "HangoWarning",
     "Interrupt",
     "InterruptError",
     "Middleware",
@@ -117,9 +130,11 @@ __all__ = [
     "hookimpl",
     "int_setting",
     "load_private",
+    "narrow_tools",
     "provider_name",
     "record",
     "replace_lone_surrogates",
     "storable_result",
     "store_private",
+    "tool_narrowing",
 ]

@@ -1,0 +1,1 @@
+"""hango-memory."""
