@@ -24,6 +24,11 @@ listed, with one line, in docs/reference/api.md.
   attribute names it takes.
 - Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``;
   ``HangoWarning``, the base of warnings the ``hango`` command prints as one line.
+- Memory (hango's database, migration 0007): ``run_memory()`` (the running run's store and
+  agent), ``memory_store(run_store)`` (for commands), ``MemoryStore`` and its records
+  (``MemoryEntry``, ``MemoryVersion``, ``MemoryEdit``, ``MemoryWritten``, ``Provenance``),
+  ``MemoryConflict``, ``search_entries``; ``Config`` (the database URL and tenant of the
+  environment, as ``hango`` reads them).
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
   ``hango_cli_commands`` hooks.
 """
@@ -65,6 +70,7 @@ from hango.agent.state import (
 )
 from hango.agent.storable import replace_lone_surrogates, storable_result
 from hango.config import (
+    Config,
     ConfigError,
     HangoWarning,
     StackConfig,
@@ -73,6 +79,21 @@ from hango.config import (
     int_setting,
 )
 from hango.hookspecs import hookimpl
+from hango.store.memory import (
+    EDIT_MODES,
+    EditMode,
+    MemoryConflict,
+    MemoryEdit,
+    MemoryEntry,
+    MemoryStore,
+    MemoryVersion,
+    MemoryWritten,
+    Provenance,
+    RunMemory,
+    memory_store,
+    run_memory,
+    search_entries,
+)
 from hango.telemetry import (
     ERROR_TYPE,
     PROVIDER_NAME,
@@ -89,6 +110,7 @@ from hango.telemetry import (
 
 __all__ = [
     "DECISIONS",
+    "EDIT_MODES",
     "ERROR_TYPE",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
@@ -99,12 +121,20 @@ __all__ = [
     "STATE_SCOPES",
     "TOOL_CALL_ID",
     "TOOL_NAME",
+    "Config",
     "ConfigError",
     "Decision",
     "DecisionType",
+    "EditMode",
     "HangoWarning",
     "Interrupt",
     "InterruptError",
+    "MemoryConflict",
+    "MemoryEdit",
+    "MemoryEntry",
+    "MemoryStore",
+    "MemoryVersion",
+    "MemoryWritten",
     "Middleware",
     "MiddlewareError",
     "ModelHandler",
@@ -112,7 +142,9 @@ __all__ = [
     "ModelWrapper",
     "PendingAction",
     "PromptContributor",
+    "Provenance",
     "RunHook",
+    "RunMemory",
     "StackConfig",
     "State",
     "StateError",
@@ -130,10 +162,13 @@ __all__ = [
     "hookimpl",
     "int_setting",
     "load_private",
+    "memory_store",
     "narrow_tools",
     "provider_name",
     "record",
     "replace_lone_surrogates",
+    "run_memory",
+    "search_entries",
     "storable_result",
     "store_private",
     "tool_narrowing",
