@@ -93,8 +93,8 @@ async def test_miss_func_holds_functions_out_until_their_turn(tmp_path: Path) ->
 
 
 class _RewriteEcho:
-    """A middleware (in the free ``memory`` slot) that silently changes what echo writes;
-    echo answers null either way, so only the state can tell."""
+    """A middleware (in the ``memory`` slot, its plugin disabled) that silently changes what
+    echo writes; echo answers null either way, so only the state can tell."""
 
     name = "memory"
 
@@ -116,7 +116,7 @@ async def test_a_harness_that_changes_a_call_is_caught(tmp_path: Path) -> None:
     from bench.bfcl.run import Stats, run_task
 
     (task,) = _tasks("multi_turn_base", [2])  # turn 1 echoes a note into TeamNotes.txt
-    plugins = make_plugin_manager(env={})
+    plugins = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "memory"})
     plugins.register(_RewritePlugin(), name="rewrite")
     store = await open_store(f"sqlite:///{tmp_path / 'x.db'}")
     try:

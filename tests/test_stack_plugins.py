@@ -23,6 +23,7 @@ import hango_allowlist
 import hango_approval
 import hango_fallback
 import hango_limits
+import hango_memory
 import hango_prompt_cache
 import hango_repair
 import hango_repeat
@@ -58,6 +59,7 @@ STACK = [
     "limits",
     "model_fallback",
     "prompt_cache",
+    "memory",
     "human_in_the_loop",
     "tool_retry",
     "tool_allowlist",
@@ -73,6 +75,7 @@ PLUGINS: dict[str, ModuleType] = {
     "prompt_cache": hango_prompt_cache,
     "approval": hango_approval,
     "skills": hango_skills,
+    "memory": hango_memory,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -86,6 +89,7 @@ SLOTS = {
     "prompt_cache": "prompt_cache",
     "approval": "human_in_the_loop",
     "skills": "skills",
+    "memory": "memory",
 }
 
 
@@ -124,6 +128,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("limits", "hango-limits", "limits"),
         ("model_fallback", "hango-fallback", "model_fallback"),
         ("prompt_cache", "hango-prompt-cache", "prompt_cache"),
+        ("memory", "hango-memory", "memory"),
         ("human_in_the_loop", "hango-approval", "human_in_the_loop"),
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),

@@ -30,6 +30,7 @@ PHASE_STACK = (
     "limits",
     "model_fallback",
     "prompt_cache",
+    "memory",
     "human_in_the_loop",
     "tool_retry",
     "tool_allowlist",

@@ -312,6 +312,7 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
             "limits",
             "model_fallback",
             "prompt_cache",
+            "memory",
             "human_in_the_loop",
             "tool_retry",
             "tool_allowlist",

@@ -382,5 +382,21 @@ def test_options_set_files_budgets_and_the_write_policy(tmp_path: Path) -> None:
     assert [(f.written, f.path) for f in mw.files] == [("AGENTS.md", tmp_path / "AGENTS.md")]
     assert (mw.max_chars, mw.max_entries) == (500, 3)
     assert mw.policy == Policy(shared_writes=True, max_entry_chars=100)
-    default = hango_memory.hango_middleware(StackConfig(settings={"HANGO_MEMORY_MAX_ENTRIES": "7"}))
-    assert (default.max_entries, default.policy.shared_writes) == (7, False)
+    assert mw.active
+    default = hango_memory.hango_middleware(
+        StackConfig(settings={"HANGO_MEMORY_MAX_ENTRIES": "7"}, middleware_options={"memory": {}})
+    )
+    assert (default.max_entries, default.policy.shared_writes, default.active) == (7, False, True)
+
+
+async def test_an_agent_without_a_memory_table_gets_no_block_no_tools_and_no_store_reads(
+    tmp_path: Path,
+) -> None:
+    mw = hango_memory.hango_middleware(StackConfig())
+    assert not mw.active
+    model = RecordingModel([{"text": "ok"}])
+    async with agent_harness(tmp_path, model=model, stack=[mw]) as h:
+        finished = await h.run(h.agent, "hi")
+        run = await h.store.get_run(h.tenant_id, finished.run_id)
+    assert (model.requests[0].tools, model.requests[0].system) == ((), ())
+    assert "memory" not in run.state["private"]

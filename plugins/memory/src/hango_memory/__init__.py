@@ -10,6 +10,10 @@ Installed through the ``hango`` entry point ``memory``. Settings: the agent file
     shared_writes = false     # may the model write agent-wide entries (every session's)?
     max_entry_chars = 4000    # the longest entry a write may leave
 
+An agent has memory when its agent file has an ``[options.memory]`` table (empty is enough):
+memory keeps data across sessions and costs prompt tokens, so it is asked for, not assumed.
+Without one the middleware stays in its slot as a pass-through.
+
 Entries live in hango's database (``hango.middleware.run_memory``); ``hango memory
 list|show|edit|delete`` (``hango_memory.cli``) lets people read and correct them.
 """
@@ -100,4 +104,10 @@ def hango_middleware(config: StackConfig) -> MemoryMiddleware:
         shared_writes=table.get("shared_writes", False),
         max_entry_chars=table.get("max_entry_chars", DEFAULT_MAX_ENTRY_CHARS),
     )
-    return MemoryMiddleware(files, max_chars=max_chars, max_entries=max_entries, policy=policy)
+    return MemoryMiddleware(
+        files,
+        max_chars=max_chars,
+        max_entries=max_entries,
+        policy=policy,
+        active=MemoryMiddleware.name in config.middleware_options,
+    )

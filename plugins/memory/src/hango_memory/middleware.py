@@ -145,7 +145,8 @@ def _cut(text: str, max_chars: int) -> str:
 
 class MemoryMiddleware:
     """Memory from ``files`` and the store, within ``max_chars`` / ``max_entries``; the tools
-    follow ``policy`` (``hango_memory.tools.Policy``)."""
+    follow ``policy`` (``hango_memory.tools.Policy``). ``active=False`` (an agent that did
+    not ask for memory) makes it a pass-through: no block, no tools, no store reads."""
 
     name = "memory"
 
@@ -156,7 +157,9 @@ class MemoryMiddleware:
         max_chars: int = 8000,
         max_entries: int = 50,
         policy: Policy | None = None,
+        active: bool = True,
     ) -> None:
+        self.active = active
         self.files = tuple(files)
         self.max_chars = max_chars
         self.max_entries = max_entries
@@ -164,6 +167,8 @@ class MemoryMiddleware:
         self.tools = MemoryTools(self.name, self.policy)
 
     async def before_run(self, state: State) -> None:
+        if not self.active:
+            return
         memory = run_memory()
         revision = await memory.store.memory_revision(
             state.tenant_id, memory.agent, state.session_id
@@ -178,9 +183,11 @@ class MemoryMiddleware:
         )
 
     def provide_tools(self, state: State) -> Sequence[Tool]:
-        return self.tools.all
+        return self.tools.all if self.active else ()
 
     async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+        if not self.active:
+            return await next(req)
         state = req.state
         memory = run_memory()
         entries = await memory.store.list_memory(state.tenant_id, memory.agent, state.session_id)
