@@ -491,3 +491,25 @@ def test_a_bad_budget_variable_is_refused_naming_it() -> None:
 
     with pytest.raises(ConfigError, match="HANGO_SKILLS_CATALOG_TOKENS"):
         hango_skills.hango_middleware(StackConfig(settings={"HANGO_SKILLS_CATALOG_TOKENS": "9"}))
+
+
+# -- files are read through the resolver: nothing outside a source -----------------------------
+
+
+def test_a_skill_or_resource_that_points_outside_its_source_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    good(outside, "secret", "Outside the source.")
+    (outside / "passwords.txt").write_text("hunter2", encoding="utf-8")
+    skills = tmp_path / "skills"
+    kept = good(skills, "kept", "Inside.")
+    (skills / "escape").symlink_to(outside / "secret", target_is_directory=True)
+    (kept / "references").mkdir()
+    (kept / "references" / "ok.md").write_text("fine", encoding="utf-8")
+    (kept / "references" / "leak.txt").symlink_to(outside / "passwords.txt")
+    found = scan([("skills", skills)])
+    assert sorted(found.skills) == ["kept"]
+    (problem,) = found.problems
+    assert str(problem) == (
+        "skill skills/escape/SKILL.md: file: leaves the folder skills; the skill is skipped"
+    )
+    assert hango_skills.catalog.resources(found.skills["kept"]) == (["references/ok.md"], 0)

@@ -9,6 +9,11 @@ Sources are read in order; a later source's skill of the same name replaces an e
 A skill that breaks the format is a ``SkillProblem`` (file and field, one line) and is left
 out; the others are kept.
 
+Files are reached through hango-filesystem's path resolver when that plugin is installed
+(``hango_filesystem.resolve_path``: symlinks followed, nothing outside the source folder),
+and otherwise through the same rule on plain paths (``Path.resolve`` and a containment
+check). Either way a skill folder or resource that points outside its source is refused.
+
 The catalog block is a pure function of the skills' names, descriptions and locations,
 sorted by name, so the same skills always give the same bytes and the prompt cache keeps
 hitting. Over its token budget it degrades in fixed steps: descriptions cut to one common
@@ -18,8 +23,9 @@ length, then names only, then the tail of the list counted instead of shown.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,6 +55,29 @@ CATALOG_HEADING: Final = (
     "Skills you can load (call load_skill with a skill's name when a task matches its "
     "description; its instructions then apply until the run ends):"
 )
+
+
+Resolver = Callable[[Path, str], Path]
+
+
+def _plain_resolve(root: Path, path: str) -> Path:
+    """``path`` under ``root`` on disk, symlinks followed; ``ValueError`` outside ``root``."""
+    real_root = root.resolve()
+    real = (real_root / path.lstrip("/")).resolve()
+    if not real.is_relative_to(real_root):
+        raise ValueError(f"{path} leaves its folder {root}")
+    return real
+
+
+def find_resolver() -> Resolver:
+    """hango-filesystem's ``resolve_path`` when it is installed, else the plain-path rule.
+    Looked up when called, so the plugin is optional: never an import error here."""
+    try:
+        module = importlib.import_module("hango_filesystem")
+    except ImportError:
+        return _plain_resolve
+    resolver: Resolver | None = getattr(module, "resolve_path", None)
+    return resolver if resolver is not None else _plain_resolve
 
 
 @frozen
@@ -98,11 +127,12 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_skill(folder: Path, location: str) -> Skill | SkillProblem:
-    """The skill in ``folder`` (which holds ``SKILL.md``), or the first way it breaks the
-    format. ``location`` is the file as it is named to the model and in problems."""
+def parse_skill(folder: Path, location: str, file: Path | None = None) -> Skill | SkillProblem:
+    """The skill in ``folder`` (which holds ``SKILL.md``; ``file`` is that file as resolved,
+    by default ``folder / SKILL.md``), or the first way it breaks the format. ``location`` is
+    the file as it is named to the model and in problems."""
     try:
-        raw = (folder / SKILL_FILE).read_bytes()
+        raw = (file or folder / SKILL_FILE).read_bytes()
     except OSError as exc:
         return SkillProblem(location, "file", f"cannot be read ({exc.strerror or exc})")
     try:
@@ -194,11 +224,13 @@ def parse_skill(folder: Path, location: str) -> Skill | SkillProblem:
     )
 
 
-def scan(sources: Sequence[tuple[str, Path]]) -> Scan:
+def scan(sources: Sequence[tuple[str, Path]], resolve: Resolver | None = None) -> Scan:
     """Every skill of ``sources`` (each ``(as written, folder on disk)``), later sources
-    winning by name. A source that does not exist is a problem (field ``paths``); so is each
-    broken skill. Folders are read in name order, so the result never depends on the
-    directory listing's order."""
+    winning by name, read through ``resolve`` (default ``find_resolver()``). A source that
+    does not exist is a problem (field ``paths``); so is each broken skill, and a skill whose
+    SKILL.md resolves outside its source (field ``file``). Folders are read in name order, so
+    the result never depends on the directory listing's order."""
+    resolve = resolve or find_resolver()
     skills: dict[str, Skill] = {}
     problems: list[SkillProblem] = []
     for written, root in sources:
@@ -207,7 +239,12 @@ def scan(sources: Sequence[tuple[str, Path]]) -> Scan:
             continue
         for folder in sorted(p for p in root.iterdir() if (p / SKILL_FILE).is_file()):
             location = f"{written.rstrip('/')}/{folder.name}/{SKILL_FILE}"
-            found = parse_skill(folder, location)
+            try:
+                real = resolve(root, f"{folder.name}/{SKILL_FILE}")
+            except ValueError:
+                problems.append(SkillProblem(location, "file", f"leaves the folder {written}"))
+                continue
+            found = parse_skill(folder, location, real)
             if isinstance(found, SkillProblem):
                 problems.append(found)
             else:
@@ -215,16 +252,33 @@ def scan(sources: Sequence[tuple[str, Path]]) -> Scan:
     return Scan(skills, tuple(problems))
 
 
-def resources(skill: Skill) -> tuple[list[str], int]:
+def reread(skill: Skill, resolve: Resolver | None = None) -> Skill | SkillProblem:
+    """``skill`` as its SKILL.md says now (through the resolver), or how it broke since."""
+    resolve = resolve or find_resolver()
+    try:
+        real = resolve(skill.folder.parent, f"{skill.folder.name}/{SKILL_FILE}")
+    except ValueError:
+        return SkillProblem(skill.location, "file", "leaves its skill source")
+    return parse_skill(skill.folder, skill.location, real)
+
+
+def resources(skill: Skill, resolve: Resolver | None = None) -> tuple[list[str], int]:
     """The skill's resource files (paths relative to its folder, sorted) and how many more
-    there were beyond ``MAX_RESOURCES``."""
+    there were beyond ``MAX_RESOURCES``; a file that resolves outside the skill's folder (a
+    symlink out) is left out."""
+    resolve = resolve or find_resolver()
     found: list[str] = []
     for sub in RESOURCE_DIRS:
         base = skill.folder / sub
-        if base.is_dir():
-            found += [
-                p.relative_to(skill.folder).as_posix() for p in base.rglob("*") if p.is_file()
-            ]
+        if not base.is_dir():
+            continue
+        for p in base.rglob("*"):
+            relative = p.relative_to(skill.folder).as_posix()
+            try:
+                if resolve(skill.folder, relative).is_file():
+                    found.append(relative)
+            except ValueError:
+                continue
     found.sort()
     return found[:MAX_RESOURCES], max(0, len(found) - MAX_RESOURCES)
 

@@ -39,8 +39,8 @@ from hango_skills.catalog import (
     Scan,
     Skill,
     SkillProblem,
-    parse_skill,
     render_catalog,
+    reread,
     resources,
     scan,
 )
@@ -234,7 +234,7 @@ class LoadSkill:
         if listed is None:
             known = ", ".join(sorted(found.skills)) or "(none)"
             return error_result("No skill is named %r. The skills are: %s.", name, known)
-        fresh = await anyio.to_thread.run_sync(parse_skill, listed.folder, listed.location)
+        fresh = await anyio.to_thread.run_sync(reread, listed)
         if isinstance(fresh, SkillProblem):
             return error_result("Skill %s cannot be loaded: %s", listed.name, fresh)
         # From here to store_private nothing awaits: a concurrent load_skill in the same batch
