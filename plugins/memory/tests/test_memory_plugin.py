@@ -400,3 +400,45 @@ async def test_an_agent_without_a_memory_table_gets_no_block_no_tools_and_no_sto
         run = await h.store.get_run(h.tenant_id, finished.run_id)
     assert (model.requests[0].tools, model.requests[0].system) == ((), ())
     assert "memory" not in run.state["private"]
+
+
+async def test_golden_the_skills_catalog_is_in_the_cached_prefix_byte_for_byte_across_runs(
+    tmp_path: Path,
+) -> None:
+    from hango_skills import SkillsMiddleware
+
+    skills = tmp_path / "skills"
+    for name in ("beta", "alpha"):
+        (skills / name).mkdir(parents=True)
+        (skills / name / "SKILL.md").write_text(
+            f"---\nname: {name}\ndescription: The {name} skill.\n---\nBody.\n", encoding="utf-8"
+        )
+    server = FakeAnthropic(
+        [
+            anthropic_answer(calls=[("toolu_1", "write_memory", {"key": "k", "content": "one"})]),
+            anthropic_answer("First."),
+            anthropic_answer(calls=[("toolu_2", "write_memory", {"key": "k", "content": "two"})]),
+            anthropic_answer("Second."),
+        ]
+    )
+    model = server.anthropic_model("claude-test", max_retries=1)
+    stack = [SkillsMiddleware([("skills", skills)]), PromptCacheMiddleware(), MemoryMiddleware()]
+    async with agent_harness(tmp_path, model=model, stack=stack) as h:
+        first = await h.run(AGENT, "one")
+        run = await h.store.get_run(h.tenant_id, first.run_id)
+        await h.run(AGENT, "two", session_id=run.session_id)
+    bodies = server.bodies
+    prefixes = []
+    for body in bodies:
+        elements = prompt_elements(body)
+        marked = [i for i, (_, e) in enumerate(elements) if "cache_control" in e]
+        system_breakpoint = marked[1]
+        texts = [e["text"] for where, e in elements[: system_breakpoint + 1] if where == "system"]
+        assert texts[0] == "Be careful."
+        assert texts[-1].startswith("Skills you can load")  # the catalog, before the breakpoint
+        assert elements[system_breakpoint + 1][1]["text"].startswith(HEADING)  # memory after it
+        prefixes.append(b"".join(wire_bytes(body, system_breakpoint)))
+    # Four calls over two runs, memory edited twice: the cached prefix never changed.
+    assert len(set(prefixes)) == 1
+    memory = [prompt_elements(b)[marked[1] + 1][1]["text"] for b in bodies]
+    assert len(set(memory)) == 3  # none yet, then "one" (seen by run 2's first call), then "two"
