@@ -21,6 +21,8 @@ listed, with one line, in docs/reference/api.md.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
   attribute names it takes.
 - Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``.
+- Workspace storage: ``workspace_blobs(state)`` gives the ``WorkspaceBlobs`` of the run's
+  session in hango's own database (content by SHA-256, ``digest_of``), None outside a run.
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
   ``hango_cli_commands`` hooks.
 """
@@ -61,6 +63,7 @@ from hango.agent.state import (
 from hango.agent.storable import replace_lone_surrogates, storable_result
 from hango.config import ConfigError, StackConfig, duration_setting, float_setting, int_setting
 from hango.hookspecs import hookimpl
+from hango.store.workspace import WorkspaceBlobs, digest_of, workspace_blobs
 from hango.telemetry import (
     ERROR_TYPE,
     PROVIDER_NAME,
@@ -110,7 +113,9 @@ __all__ = [
     "ToolHandler",
     "ToolProvider",
     "ToolWrapper",
+    "WorkspaceBlobs",
     "argument_digest",
+    "digest_of",
     "duration_setting",
     "float_setting",
     "held_calls",
@@ -122,4 +127,5 @@ __all__ = [
     "replace_lone_surrogates",
     "storable_result",
     "store_private",
+    "workspace_blobs",
 ]
