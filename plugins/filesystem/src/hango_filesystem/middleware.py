@@ -86,7 +86,7 @@ class FilesystemMiddleware:
     ) -> None:
         self.workspace = workspace
         # The results folder is hango's: the model reads it, never changes it.
-        own = Rule((f"{RESULTS_DIR}/**",), ("write", "delete"), "deny")
+        own = Rule((f"{RESULTS_DIR}/**",), ("write", "delete"), "deny", "the results folder")
         self.files = Files(workspace, (own, *rules), limits or Limits())
         self.tools: tuple[FileTool, ...] = build_tools(self.files)
         self._names = frozenset(t.spec.name for t in self.tools)

@@ -122,6 +122,9 @@ def resolve_under(root: Path, vpath: str, *, asked: str | None = None) -> OnDisk
     real = Path(os.path.realpath(candidate))
     if real != root and not real.is_relative_to(root):
         raise PathRefused(asked or vpath, "resolves outside the workspace root (a symlink)")
+    if real.is_symlink():
+        # realpath leaves a link it could not follow to the end: a loop.
+        raise PathRefused(asked or vpath, "is a symlink loop")
     rel = real.relative_to(root).as_posix()
     return OnDisk(real, "/" if rel == "." else "/" + rel)
 

@@ -58,11 +58,13 @@ def matches(vpath: str, pattern: str) -> bool:
 
 @frozen
 class Rule:
-    """One rule: ``paths`` (glob patterns), ``operations``, ``mode``."""
+    """One rule: ``paths`` (glob patterns), ``operations``, ``mode``; ``label`` names it in
+    error results (``permissions[2]``)."""
 
     paths: tuple[str, ...]
     operations: tuple[Operation, ...]
     mode: Mode
+    label: str = "a rule"
 
     def applies(self, operation: Operation, vpath: str) -> bool:
         return operation in self.operations and any(matches(vpath, p) for p in self.paths)
@@ -91,7 +93,7 @@ def parse_rules(raw: Sequence[Mapping[str, Any]], *, source: str) -> tuple[Rule,
                     "patterns match normalized workspace paths, which never do"
                 )
         operations = tuple(entry.get("operations", OPERATIONS))
-        rules.append(Rule(paths, operations, entry["mode"]))
+        rules.append(Rule(paths, operations, entry["mode"], f"permissions[{i}]"))
     return tuple(rules)
 
 
@@ -100,11 +102,11 @@ def check(rules: Sequence[Rule], operation: Operation, *vpaths: str) -> Verdict:
     for each, the first rule that applies; the strictest of those."""
     verdict = Verdict("allow")
     for vpath in dict.fromkeys(vpaths):
-        for i, rule in enumerate(rules):
+        for rule in rules:
             if rule.applies(operation, vpath):
                 if _STRICTNESS[rule.mode] > _STRICTNESS[verdict.mode]:
                     verdict = Verdict(
-                        rule.mode, f"permissions[{i}] ({rule.mode} {operation} on {vpath})"
+                        rule.mode, f"{rule.label} ({rule.mode} {operation} on {vpath})"
                     )
                 break
     return verdict
