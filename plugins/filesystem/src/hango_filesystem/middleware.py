@@ -240,7 +240,7 @@ def _preview(content: str, path: str) -> str:
     parts = [
         f"[This result was {len(content)} characters (about {tokens} tokens) and {len(lines)} "
         f"lines, too large for the context. It is saved in full at {path}: page through it "
-        f"with read_file(path={path!r}, offset=...) or search it with grep(pattern, "
+        f"with read_file(path={path!r}, offset=0) and on, or search it with grep(pattern, "
         f"path={path!r}, output_mode='content'). First and last lines:]",
         *head,
     ]
