@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import hango_allowlist
 import hango_approval
 import hango_fallback
+import hango_filesystem
 import hango_limits
 import hango_prompt_cache
 import hango_repair
@@ -50,6 +51,7 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 HANGO = Path(hango_executable())
 
 STACK = [
+    "filesystem",
     "repair_tool_calls",
     "todo",
     "repeat_call",
@@ -61,6 +63,7 @@ STACK = [
     "tool_allowlist",
 ]
 PLUGINS: dict[str, ModuleType] = {
+    "filesystem": hango_filesystem,
     "todo": hango_todo,
     "repeat": hango_repeat,
     "allowlist": hango_allowlist,
@@ -73,6 +76,7 @@ PLUGINS: dict[str, ModuleType] = {
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
+    "filesystem": "filesystem",
     "todo": "todo",
     "repeat": "repeat_call",
     "allowlist": "tool_allowlist",
@@ -113,6 +117,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     )
     rows = json.loads(done.stdout)
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
+        ("filesystem", "hango-filesystem", "filesystem"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
@@ -123,7 +128,8 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
-    assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]
+    assert rows[2]["capabilities"] == ["tool_provider", "prompt_contributor"]
+    assert rows[0]["capabilities"] == ["tool_wrapper", "tool_provider", "prompt_contributor"]
 
 
 @pytest.mark.parametrize(

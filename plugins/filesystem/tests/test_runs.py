@@ -25,7 +25,14 @@ from hango import (
     ToolRegistry,
 )
 from hango.middleware import StackConfig
-from hango.testing import Killed, ToolBox, assert_installed, kill_and_resume, saved_history
+from hango.testing import (
+    Killed,
+    ToolBox,
+    assert_installed,
+    kill_and_resume,
+    new_state,
+    saved_history,
+)
 from hango_filesystem import FilesystemMiddleware, StoreBackend
 
 pytestmark = pytest.mark.anyio
@@ -108,9 +115,10 @@ def test_the_entry_point_and_options_table() -> None:
         "hango-filesystem",
         hango_filesystem,
         middleware="filesystem",
-        config=StackConfig(middleware_options={"filesystem": {}}),
     )
-    assert hango_filesystem.hango_middleware(StackConfig()) is None  # opt-in per agent
+    idle = hango_filesystem.hango_middleware(StackConfig())  # opt-in per agent
+    assert not idle.active and idle.provide_tools(new_state()) == ()
+    assert idle.system_blocks(new_state()) == ()
     mw = hango_filesystem.hango_middleware(StackConfig(middleware_options={"filesystem": {}}))
     assert isinstance(mw, FilesystemMiddleware) and mw.state_scope == "session"
     assert isinstance(mw.workspace.default, StoreBackend)

@@ -73,17 +73,19 @@ def hango_options_schema() -> dict[str, Mapping[str, Any]]:
 
 
 @hookimpl
-def hango_middleware(config: StackConfig) -> FilesystemMiddleware | None:
-    """The workspace middleware for the agent's ``[options.filesystem]`` table, or None for
-    an agent without one (an empty table is enough: the ``store`` backend with defaults).
-    File tools reach disk or the database, so an agent never gets them unasked, and an
-    agent's own ``read_file`` or ``grep`` keeps its name.
+def hango_middleware(config: StackConfig) -> FilesystemMiddleware:
+    """The workspace middleware for the agent's ``[options.filesystem]`` table. Without one
+    (an empty table is enough: the ``store`` backend with defaults) it is inactive: no
+    tools, no prompt block, every call passed through. File tools reach disk or the
+    database, so an agent never gets them unasked, and an agent's own ``read_file`` or
+    ``grep`` keeps its name. (It is still in the stack, so every process and worker sees the
+    plugin as installed.)
 
     Raises ``ConfigError`` naming the agent and the key for a ``local`` backend without a
     ``root``, a root that is not a folder, or a malformed route or rule."""
     name = FilesystemMiddleware.name
     if name not in config.middleware_options:
-        return None
+        return FilesystemMiddleware(None)
     source = f"{config.source}: [options.{name}]"
     options = config.options(name)
     defaults = Limits()

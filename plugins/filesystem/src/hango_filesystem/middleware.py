@@ -64,7 +64,8 @@ FILE_CHANGED: Final = "filesystem.file_changed"
 
 
 class FilesystemMiddleware:
-    """The workspace over ``workspace`` (backends by prefix) with ``rules`` and ``limits``.
+    """The workspace over ``workspace`` (backends by prefix) with ``rules`` and ``limits``;
+    ``None`` makes it inactive (no tools, no prompt block, calls passed through).
 
     ``large_result_tokens``: results of other tools longer than this many tokens (about 4
     characters each) are offloaded; 0 turns offloading off. ``large_result_exclude``: tools
@@ -76,7 +77,7 @@ class FilesystemMiddleware:
 
     def __init__(
         self,
-        workspace: Workspace,
+        workspace: Workspace | None,
         *,
         rules: Sequence[Rule] = (),
         limits: Limits | None = None,
@@ -84,6 +85,9 @@ class FilesystemMiddleware:
         large_result_exclude: Collection[str] = (),
         max_results_kept: int = 50,
     ) -> None:
+        self.active = workspace is not None
+        if workspace is None:
+            workspace = Workspace(StoreBackend(max_file_bytes=1, max_files=1))
         self.workspace = workspace
         # The results folder is hango's: the model reads it, never changes it.
         own = Rule((f"{RESULTS_DIR}/**",), ("write", "delete"), "deny", "the results folder")
@@ -96,12 +100,14 @@ class FilesystemMiddleware:
         self._prompt = TextBlock(_prompt(workspace))
 
     def provide_tools(self, state: State) -> Sequence[Tool]:
-        return self.tools
+        return self.tools if self.active else ()
 
     def system_blocks(self, state: State) -> Sequence[TextBlock]:
-        return (self._prompt,)
+        return (self._prompt,) if self.active else ()
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
+        if not self.active:
+            return await next(req)
         tool = req.tool
         if isinstance(tool, FileTool) and tool in self.tools:
             return await self._file_call(req, next, tool)
@@ -230,6 +236,8 @@ def _safe_name(call_id: str) -> str:
 
 def _preview(content: str, path: str) -> str:
     lines = content.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # a final newline ends the last line; it starts none
 
     def cut(line: str) -> str:
         return line if len(line) <= PREVIEW_LINE_CHARS else line[:PREVIEW_LINE_CHARS] + "..."
