@@ -229,3 +229,26 @@ def test_property_no_path_resolves_outside_the_root(
         return
     resolved = Path(os.path.realpath(resolved))
     assert resolved == real or resolved.is_relative_to(real), (path, resolved)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    path=st.text(
+        alphabet=st.sampled_from(["/", ".", "a", "\u2025", "\uff0e", "\\", "\x00", "b"]),
+        max_size=40,
+    )
+)
+def test_property_store_keys_are_canonical_and_never_climb(path: str) -> None:
+    # The store backend's containment: its keys are normalized virtual paths, so no key can
+    # name anything above / (there is no disk to escape to; the key space is the workspace).
+    try:
+        key = normalize(path)
+    except PathRefused as exc:
+        assert exc.rule in (
+            "contains a NUL character",
+            "goes above the workspace root",
+        ), exc.rule
+        return
+    assert key.startswith("/")
+    assert all(name not in ("", ".", "..") for name in key.split("/")[1:]) or key == "/"
+    assert normalize(key) == key
