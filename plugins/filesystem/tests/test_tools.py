@@ -8,11 +8,13 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from hango.middleware import Interrupt
+from hango import RunStore, ToolResult, ToolUseBlock
+from hango.middleware import Interrupt, ToolCallRequest
 from hango_filesystem.tools import Limits
 
 from .conftest import Ws, make_ws
@@ -253,3 +255,58 @@ async def test_binary_and_non_text_files_are_refused_clearly(ws: Ws, root: Path)
         assert result.is_error and "is a binary file (30 bytes)" in result.content
     lone = await ws.call("write_file", path="/s.txt", content="a\ud800b")
     assert lone.is_error and "lone UTF-16 surrogate" in lone.content
+
+
+async def test_each_change_is_a_span_event_with_the_batch_count(
+    ws: Ws, recording_span: Any, exporter: Any
+) -> None:
+    with recording_span():
+        await ws.call("write_file", path="/a.txt", content="a")
+        await ws.call("write_file", path="/b.txt", content="b")
+        await ws.call("read_file", path="/a.txt")
+        await ws.call("write_file", path="/a.txt", content="again")
+    (span,) = exporter.get_finished_spans()
+    changed = [e for e in span.events if e.name == "filesystem.file_changed"]
+    assert [e.attributes["hango.filesystem.batch_changed"] for e in changed] == [1, 2, 2]
+    assert [e.attributes["hango.middleware.name"] for e in changed] == ["filesystem"] * 3
+
+
+async def offload(ws: Ws, call_id: str, name: str, content: str) -> str:
+    """Run a call of another tool whose result is ``content`` through the middleware."""
+
+    async def base(req: ToolCallRequest) -> ToolResult:
+        return ToolResult(content)
+
+    with ws.bound():
+        result = await ws.mw.wrap_tool_call(
+            ToolCallRequest(ToolUseBlock(call_id, name, {}), None, ws.state), base
+        )
+    return result.content
+
+
+async def test_the_results_folder_is_bounded_read_only_and_honours_exclusions(
+    kind: str, root: Path, store: RunStore
+) -> None:
+    ws = make_ws(
+        kind, root, store, large_result_tokens=10, max_results_kept=2, large_result_exclude=["raw"]
+    )
+    big = "".join(f"line {i}\n" for i in range(100))
+    assert await offload(ws, "c1", "raw", big) == big  # excluded: kept whole
+    assert await offload(ws, "c2", "dump", "short") == "short"  # under the threshold
+    for i in (3, 4, 5):
+        preview = await offload(ws, f"c{i}", "dump", big)
+        assert f"saved in full at /large_tool_results/c{i}" in preview
+        assert "line 0" in preview and "line 99" in preview and "line 50" not in preview
+    # deepagents#2055: the folder keeps the last two; the oldest went, content and all.
+    listing = (await ws.call("ls", path="/large_tool_results")).content
+    assert listing.splitlines() == [
+        "/large_tool_results/c4 (790 bytes)",
+        "/large_tool_results/c5 (790 bytes)",
+    ]
+    assert (await ws.call("read_file", path="/large_tool_results/c3")).is_error
+    back, _ = await read_all(ws, "/large_tool_results/c5")
+    assert back == big
+    # The folder is hango's: the model reads it, never changes it.
+    ro = await ws.call("delete_file", path="/large_tool_results/c5")
+    assert ro.is_error and "delete is denied by the results folder" in ro.content
+    assert (await ws.call("write_file", path="/large_tool_results/x", content="x")).is_error

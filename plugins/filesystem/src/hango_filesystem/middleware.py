@@ -61,6 +61,8 @@ PREVIEW_LINE_CHARS: Final = 200
 MAX_EDITS: Final = 3
 #: The span event of a call that changed a file.
 FILE_CHANGED: Final = "filesystem.file_changed"
+#: The span event of a result moved into the workspace.
+RESULT_OFFLOADED: Final = "filesystem.result_offloaded"
 
 
 class FilesystemMiddleware:
@@ -210,7 +212,7 @@ class FilesystemMiddleware:
         save_workspace(state, current)
         for old in evicted:
             await self._forget(state, old.path)
-        record(SHORT_CIRCUITED, middleware=self.name, reason="large result offloaded")
+        record(RESULT_OFFLOADED, middleware=self.name, attributes={TOOL_NAME: call.name})
         return ToolResult(_preview(content, path), result.is_error)
 
     async def _forget(self, state: State, path: str) -> None:
@@ -279,4 +281,4 @@ def _prompt(workspace: Workspace) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FILE_CHANGED", "RESULTS_DIR", "FilesystemMiddleware"]
+__all__ = ["FILE_CHANGED", "RESULTS_DIR", "RESULT_OFFLOADED", "FilesystemMiddleware"]
