@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import hango_allowlist
 import hango_approval
 import hango_fallback
+import hango_filesystem
 import hango_limits
 import hango_memory
 import hango_prompt_cache
@@ -53,6 +54,7 @@ HANGO = Path(hango_executable())
 
 STACK = [
     "skills",
+    "filesystem",
     "repair_tool_calls",
     "todo",
     "repeat_call",
@@ -65,6 +67,7 @@ STACK = [
     "tool_allowlist",
 ]
 PLUGINS: dict[str, ModuleType] = {
+    "filesystem": hango_filesystem,
     "todo": hango_todo,
     "repeat": hango_repeat,
     "allowlist": hango_allowlist,
@@ -79,6 +82,7 @@ PLUGINS: dict[str, ModuleType] = {
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
+    "filesystem": "filesystem",
     "todo": "todo",
     "repeat": "repeat_call",
     "allowlist": "tool_allowlist",
@@ -122,6 +126,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     rows = json.loads(done.stdout)
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
         ("skills", "hango-skills", "skills"),
+        ("filesystem", "hango-filesystem", "filesystem"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
@@ -133,7 +138,8 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
-    assert rows[2]["capabilities"] == ["tool_provider", "prompt_contributor"]
+    assert rows[3]["capabilities"] == ["tool_provider", "prompt_contributor"]
+    assert rows[1]["capabilities"] == ["tool_wrapper", "tool_provider", "prompt_contributor"]
 
 
 @pytest.mark.parametrize(

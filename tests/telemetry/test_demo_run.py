@@ -24,6 +24,7 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 #: The installed plugins' stack, in STACK_ORDER.
 PHASE_STACK = (
     "skills",
+    "filesystem",
     "repair_tool_calls",
     "todo",
     "repeat_call",

@@ -29,6 +29,8 @@ listed, with one line, in docs/reference/api.md.
   (``MemoryEntry``, ``MemoryVersion``, ``MemoryEdit``, ``MemoryWritten``, ``Provenance``),
   ``MemoryConflict``, ``search_entries``; ``Config`` (the database URL and tenant of the
   environment, as ``hango`` reads them).
+- Workspace storage: ``workspace_blobs(state)`` gives the ``WorkspaceBlobs`` of the run's
+  session in hango's own database (content by SHA-256, ``digest_of``), None outside a run.
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
   ``hango_cli_commands`` hooks.
 """
@@ -94,6 +96,7 @@ from hango.store.memory import (
     run_memory,
     search_entries,
 )
+from hango.store.workspace import WorkspaceBlobs, digest_of, workspace_blobs
 from hango.telemetry import (
     ERROR_TYPE,
     PROVIDER_NAME,
@@ -155,7 +158,9 @@ __all__ = [
     "ToolHandler",
     "ToolProvider",
     "ToolWrapper",
+    "WorkspaceBlobs",
     "argument_digest",
+    "digest_of",
     "duration_setting",
     "float_setting",
     "held_calls",
@@ -172,4 +177,5 @@ __all__ = [
     "storable_result",
     "store_private",
     "tool_narrowing",
+    "workspace_blobs",
 ]

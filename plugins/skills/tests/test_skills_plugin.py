@@ -513,3 +513,21 @@ def test_a_skill_or_resource_that_points_outside_its_source_is_refused(tmp_path:
         "skill skills/escape/SKILL.md: file: leaves the folder skills; the skill is skipped"
     )
     assert hango_skills.catalog.resources(found.skills["kept"]) == (["references/ok.md"], 0)
+
+
+def test_with_hango_filesystem_installed_its_resolver_reads_the_skills(tmp_path: Path) -> None:
+    import hango_filesystem
+
+    from hango_skills.catalog import find_resolver
+
+    assert find_resolver() is hango_filesystem.resolve_path
+    calls: list[tuple[Path, str]] = []
+
+    def spy(root: Path, path: str) -> Path:
+        calls.append((root, path))
+        return hango_filesystem.resolve_path(root, path)
+
+    good(tmp_path / "skills", "alpha")
+    found = scan([("skills", tmp_path / "skills")], resolve=spy)
+    assert sorted(found.skills) == ["alpha"]
+    assert calls == [(tmp_path / "skills", "alpha/SKILL.md")]

@@ -66,6 +66,7 @@ from hango.store.base import (
     UnstorableContent,
 )
 from hango.store.memory import memory_of_run
+from hango.store.workspace import bound_store
 from hango.tool.registry import ToolRegistry
 
 StackFactory = Callable[[StackConfig], Sequence[Middleware]]
@@ -427,7 +428,9 @@ class Harness:
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
 
+        # The store is bound for the run's middlewares and tools (workspace files).
         with (
+            bound_store(self.store),
             telemetry.tracer.start_as_current_span(
                 f"invoke_agent {agent.name}",
                 kind=SpanKind.INTERNAL,
