@@ -266,6 +266,10 @@ async def test_a_write_replayed_after_a_kill_is_applied_once(store: RunStore) ->
     assert content.endswith("(this call's write was already stored; not written again).")
     entry = await mem.get_memory(first.tenant_id, "t", "log", run.session_id)
     assert entry is not None and entry.content == "step done" and entry.version == 1
+    # The only change since the kill is the run's own write: no "memory changed" notice.
+    resumed_request = again.model.requests[0]  # type: ignore[union-attr]
+    assert "Memory changed while" not in memory_block(resumed_request)
+    assert "- log [session, v1, run " in memory_block(resumed_request)
 
 
 # -- compare-and-swap between runs, and the guard on shared writes ------------------------------
@@ -340,6 +344,7 @@ async def test_a_gated_write_waits_for_a_person_and_the_resumed_run_is_told_memo
     assert finished.status is RunStatus.COMPLETED
     block = memory_block(models[1].requests[0])
     assert "Memory changed while this run was stopped (revision 0 -> " in block
+    assert "; written by others: entries (policy)): what is shown is current" in block
     assert "- policy [agent, v1, a person]: ship on Fridays" in block
     assert "- todo [session, v1, run " in block
     entry = await mem.get_memory(first.tenant_id, "t", "todo", started.session_id)

@@ -188,6 +188,10 @@ def _provenance(row: Any) -> Provenance:
     )
 
 
+def _version(row: Any) -> MemoryVersion:
+    return MemoryVersion(row["key"], row["version"], row["content"], _provenance(row), row["id"])
+
+
 def _entry(row: Any) -> MemoryEntry:
     return MemoryEntry(
         key=row["key"],
@@ -235,6 +239,13 @@ class MemoryStore(Protocol):
         self, tenant_id: uuid.UUID, agent: str, session_id: uuid.UUID | None = None
     ) -> int:
         """The namespace's revision: the id of its latest write (0: never written)."""
+        ...
+
+    async def memory_changes(
+        self, tenant_id: uuid.UUID, agent: str, session_id: uuid.UUID | None, since: int
+    ) -> list[MemoryVersion]:
+        """The writes of the namespace (agent-wide, and the session's) after revision
+        ``since``, oldest first."""
         ...
 
     async def write_memory(
@@ -335,10 +346,7 @@ class SqliteMemory:
                 "session_id = ? AND key = ? ORDER BY version",
                 (str(tenant_id), agent, _session(session_id), key),
             ).fetchall()
-            return [
-                MemoryVersion(r["key"], r["version"], r["content"], _provenance(r), r["id"])
-                for r in rows
-            ]
+            return [_version(r) for r in rows]
 
         return await self._store._call(self._store._tx, read)
 
@@ -347,6 +355,19 @@ class SqliteMemory:
     ) -> int:
         def read(conn: sqlite3.Connection) -> int:
             return _sqlite_revision(conn, tenant_id, agent, session_id)
+
+        return await self._store._call(self._store._tx, read)
+
+    async def memory_changes(
+        self, tenant_id: uuid.UUID, agent: str, session_id: uuid.UUID | None, since: int
+    ) -> list[MemoryVersion]:
+        def read(conn: sqlite3.Connection) -> list[MemoryVersion]:
+            rows = conn.execute(
+                "SELECT * FROM memory_versions WHERE tenant_id = ? AND agent = ? AND "
+                "session_id IN (?, ?) AND id > ? ORDER BY id",
+                (str(tenant_id), agent, _AGENT_WIDE, _session(session_id), since),
+            ).fetchall()
+            return [_version(r) for r in rows]
 
         return await self._store._call(self._store._tx, read)
 
@@ -559,10 +580,7 @@ class PostgresMemory:
             "session_id = %s AND key = %s ORDER BY version",
             (tenant_id, agent, _session(session_id), key),
         )
-        return [
-            MemoryVersion(r["key"], r["version"], r["content"], _provenance(r), r["id"])
-            for r in rows
-        ]
+        return [_version(r) for r in rows]
 
     async def memory_revision(
         self, tenant_id: uuid.UUID, agent: str, session_id: uuid.UUID | None = None
@@ -574,6 +592,17 @@ class PostgresMemory:
             (tenant_id, agent, _AGENT_WIDE, _session(session_id)),
         )
         return int(rows[0]["revision"])
+
+    async def memory_changes(
+        self, tenant_id: uuid.UUID, agent: str, session_id: uuid.UUID | None, since: int
+    ) -> list[MemoryVersion]:
+        rows = await self._rows(
+            f"reading the memory changes of agent {agent!r}",
+            "SELECT * FROM memory_versions WHERE tenant_id = %s AND agent = %s AND "
+            "session_id IN (%s, %s) AND id > %s ORDER BY id",
+            (tenant_id, agent, _AGENT_WIDE, _session(session_id), since),
+        )
+        return [_version(r) for r in rows]
 
     async def write_memory(
         self,
