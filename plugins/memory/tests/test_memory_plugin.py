@@ -146,6 +146,7 @@ async def test_memory_is_read_on_every_call_and_the_next_run_of_the_session_sees
         [
             {"tool_calls": [write("prefs", "likes tea")]},
             {"text": "Noted."},
+            {"tool_calls": [{"name": "search_memory", "input": {"query": "TEA likes"}}]},
             {"text": "You like tea."},
         ]
     )
@@ -155,10 +156,15 @@ async def test_memory_is_read_on_every_call_and_the_next_run_of_the_session_sees
         run = await h.store.get_run(h.tenant_id, first.run_id)
         second = await h.run(h.agent, "What do I like?", session_id=run.session_id)
         other = await h.store.get_run(h.tenant_id, second.run_id)
+        *_, (found, is_error) = await results(h.store, h, second.run_id)
     blocks = [memory_block(r) for r in model.requests]
     assert "No memory entries yet" in blocks[0]
     assert "- prefs [session, v1, run " in blocks[1] and "]: likes tea" in blocks[1]
     assert "- prefs [session, v1, run " in blocks[2]
+    assert not is_error and found.startswith(
+        "1 entries match:\n\nMemory entry 'prefs' (this session"
+    )
+    assert found.endswith(":\nlikes tea")
     assert run.state["private"]["memory"]["revision"] > 0
     assert (
         other.state["private"]["memory"]["revision"] == run.state["private"]["memory"]["revision"]

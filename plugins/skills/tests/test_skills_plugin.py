@@ -5,7 +5,8 @@ through a kill and resume."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -412,14 +413,23 @@ async def test_an_active_skill_and_its_narrowing_survive_a_kill_and_resume(tmp_p
             store, model=models[-1], plugins=pm, tools=ToolRegistry([lookup, search]), settings={}
         )
 
+    @contextlib.contextmanager
+    def add_a_skill() -> Iterator[None]:
+        good(skills, "added", "Added while the run was down.")  # the resume scans again
+        yield
+
     async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}") as store:
-        seen = await kill_and_resume(store, harness, agent, "look up vent", killed_by=Killed)
+        seen = await kill_and_resume(
+            store, harness, agent, "look up vent", killed_by=Killed, around_resume=add_a_skill
+        )
     assert seen.killed.state["private"]["tool_allowlist"] == {
         "narrowed_by": {"skills": ["load_skill", "lookup"]}
     }
     assert seen.finished.status is RunStatus.COMPLETED, seen.record.error
     assert box.started.count("lookup vent") == 2 and box.completed.count("lookup vent") == 1
     resumed = models[1].requests[0]
+    assert "- added: Added while the run was down." in resumed.system[0].text
+    assert sorted(seen.record.state["private"]["skills"]["catalog"]) == ["added", "lookups"]
     assert sorted(t.name for t in resumed.tools) == ["load_skill", "lookup"]
     assert resumed.system[1].text.splitlines()[1] == f"- lookups ({skills}/lookups/SKILL.md)"
 
@@ -517,7 +527,6 @@ def test_a_skill_or_resource_that_points_outside_its_source_is_refused(tmp_path:
 
 def test_with_hango_filesystem_installed_its_resolver_reads_the_skills(tmp_path: Path) -> None:
     import hango_filesystem
-
     from hango_skills.catalog import find_resolver
 
     assert find_resolver() is hango_filesystem.resolve_path
