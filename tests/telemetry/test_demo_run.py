@@ -131,14 +131,13 @@ async def test_state_missing_is_reported_once_on_a_middlewares_first_call(
 ) -> None:
     """repeat_call finds no private state on the run's first tool call, and says so once;
     later calls find the counts it stored. hango-limits, a run hook, finds none before the
-    run's first call (the session's first run), once; so does hango-skills, whose run hook
-    keeps the catalog snapshot."""
+    run's first call (the session's first run), once. (hango-skills, with no skill sources
+    for this agent, keeps no state at all.)"""
     missing = {
         e.attributes[telemetry.MIDDLEWARE_NAME]: span
         for span, e in demo_trace.events(telemetry.STATE_MISSING)
     }
-    assert len(demo_trace.events(telemetry.STATE_MISSING)) == len(missing) == 3
+    assert len(demo_trace.events(telemetry.STATE_MISSING)) == len(missing) == 2
     first_tool = next(s for s in demo_trace.spans() if s.name.startswith("execute_tool"))
     assert missing["repeat_call"] is first_tool
     assert missing["limits"] is demo_trace.one("before_run limits")
-    assert missing["skills"] is demo_trace.one("before_run skills")

@@ -143,6 +143,8 @@ class SkillsMiddleware:
         return found if found is not None else self.scan()[0]
 
     async def before_run(self, state: State) -> None:
+        if not self.sources:
+            return  # an agent without skill sources: no scan, no state
         found, digest = await anyio.to_thread.run_sync(self.scan)
         for problem in found.problems:
             record(SKILL_SKIPPED, middleware=self.name, reason="skill breaks the format")
@@ -158,12 +160,16 @@ class SkillsMiddleware:
     def provide_tools(self, state: State) -> Sequence[Tool]:
         """``load_skill`` when there is a skill to load (or one is active): an agent without
         skills is shown no tool for them."""
+        if not self.sources:
+            return ()
         if self.scan_of(state).skills:
             return (self.tool,)
         saved, _ = load_private(state, self.name, SkillsState)
         return (self.tool,) if saved.active else ()
 
     def system_blocks(self, state: State) -> Sequence[TextBlock]:
+        if not self.sources:
+            return ()
         found = self.scan_of(state)
         blocks = []
         catalog = render_catalog(found.skills, self.catalog_tokens)
