@@ -127,3 +127,43 @@ def test_bad_input_is_one_line(hango_cli: HangoCli) -> None:
     gone = hango_cli.run("memory", "delete", "nothing", "--agent", "ops")
     assert gone.returncode == 1
     assert gone.stderr.strip() == "error: memory entry 'nothing' does not exist; nothing deleted"
+
+
+EDITOR = """
+import sys, anyio, datetime as dt, uuid
+from hango import open_store
+from hango.middleware import MemoryEdit, Provenance, memory_store
+
+async def meanwhile():
+    store = await open_store(sys.argv[1])
+    try:
+        await memory_store(store).write_memory(
+            uuid.UUID(int=0), "ops", "k", MemoryEdit("set", "written meanwhile"),
+            provenance=Provenance("person", dt.datetime.now(dt.UTC)),
+        )
+    finally:
+        await store.aclose()
+
+anyio.run(meanwhile)  # another person saves while this editor is open
+with open(sys.argv[2], "w") as f:
+    f.write("my edit\\n")
+"""
+
+
+def test_edit_refuses_to_save_over_a_write_made_while_the_editor_was_open(
+    tmp_path: Path, hango_cli: HangoCli
+) -> None:
+    import sys
+
+    first = hango_cli.run("memory", "edit", "k", "--agent", "ops", "--text", "original")
+    assert first.returncode == 0, first.stderr
+    editor = tmp_path / "editor.py"
+    editor.write_text(EDITOR, encoding="utf-8")
+    command = f"{sys.executable} {editor} {hango_cli.database_url}"
+    edited = hango_cli.run("memory", "edit", "k", "--agent", "ops", env={"EDITOR": command})
+    assert edited.returncode == 1
+    (line,) = edited.stderr.strip().splitlines()
+    assert line.startswith("error: memory entry 'k' is at version 2 (last written by a person at ")
+    assert line.endswith("not version 1: another write came first; read it again before writing")
+    shown = hango_cli.run("memory", "show", "k", "--agent", "ops")
+    assert shown.stdout.splitlines()[:2] == ["k (version 2):", "written meanwhile"]
