@@ -160,7 +160,8 @@ def test_edit_refuses_to_save_over_a_write_made_while_the_editor_was_open(
     editor = tmp_path / "editor.py"
     editor.write_text(EDITOR, encoding="utf-8")
     command = f"{sys.executable} {editor} {hango_cli.database_url}"
-    edited = hango_cli.run("memory", "edit", "k", "--agent", "ops", env={"EDITOR": command})
+    editors = {"VISUAL": command, "EDITOR": command}  # click prefers VISUAL
+    edited = hango_cli.run("memory", "edit", "k", "--agent", "ops", env=editors)
     assert edited.returncode == 1
     (line,) = edited.stderr.strip().splitlines()
     assert line.startswith("error: memory entry 'k' is at version 2 (last written by a person at ")
