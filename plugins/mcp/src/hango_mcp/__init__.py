@@ -1,7 +1,7 @@
 """hango-mcp: the tools of MCP servers (slot ``mcp`` of ``STACK_ORDER``).
 
 Installed through the ``hango`` entry point ``mcp``. The servers are the agent file's
-``[options.mcp]`` table (``hango_mcp.config``); an agent without one gets no middleware. The
+``[options.mcp]`` table (``hango_mcp.config``). The
 CLI gains ``hango mcp list --agent FILE``.
 """
 
@@ -52,12 +52,14 @@ def hango_options_schema() -> dict[str, Mapping[str, Any]]:
 
 
 @hookimpl
-def hango_middleware(config: StackConfig) -> McpMiddleware | None:
-    """The MCP middleware for the agent's ``[options.mcp]`` servers, or None without any.
-    Raises ``ConfigError`` naming the agent and the server for a malformed server table."""
+def hango_middleware(config: StackConfig) -> McpMiddleware:
+    """The MCP middleware for the agent's ``[options.mcp]`` servers (with none it provides no
+    tools and passes every call through; it is still placed, so that a run records the same
+    stack whichever process rebuilds it). Raises ``ConfigError`` naming the agent and the
+    server for a malformed server table."""
     source = f"{config.source}: [options.{McpMiddleware.name}]"
     found = servers(config.options(McpMiddleware.name), base_dir=config.base_dir, source=source)
-    return McpMiddleware(found, source=source) if found else None
+    return McpMiddleware(found, source=source)
 
 
 @hookimpl

@@ -4,7 +4,7 @@
     python mcp_server.py --http PORT     # streamable HTTP on 127.0.0.1:PORT/mcp
 
 Tools: ``echo``, ``count`` (a per-process counter: state a stateful server keeps), ``slow``
-(sleeps), ``crash`` (the process exits mid-call), ``hang`` (blocks the server's event loop:
+(sleeps; annotated idempotent), ``charge`` (sleeps; not idempotent), ``crash`` (the process exits mid-call), ``hang`` (blocks the server's event loop:
 nothing is answered any more), ``grow`` / ``shrink`` (add or remove the tool ``extra`` and
 announce the change), ``forecast`` (structured output), ``picture`` (an image) and ``fail``
 (an ``isError`` result). Every call is appended to the file in ``$MCP_CALL_LOG`` (when set), so
@@ -62,6 +62,15 @@ async def slow(seconds: float) -> str:
         raise
     _log("slow done")
     return f"slept {seconds:g} s"
+
+
+@server.tool()
+async def charge(seconds: float) -> str:
+    """Take a payment (not idempotent: no hints), slowly."""
+    _log("charge start")
+    await anyio.sleep(seconds)
+    _log("charge done")
+    return "charged"
 
 
 @server.tool()
