@@ -5,10 +5,9 @@ hango starts it itself (``command`` in agent.toml); run by hand it waits on stdi
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 server = MCPServer("weather")
 

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hango import RunStatus
@@ -74,7 +75,7 @@ async def test_a_worker_killed_mid_call_resumes_without_a_silent_rerun(
                 break
             assert second.poll() is None, second.communicate()
             assert time.monotonic() < deadline, f"the run stayed {run.status}"
-            time.sleep(0.2)
+            await anyio.sleep(0.2)
     finally:
         second.send_signal(signal.SIGTERM)
         second.communicate(timeout=30)

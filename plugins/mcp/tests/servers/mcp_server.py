@@ -4,8 +4,8 @@
     python mcp_server.py --http PORT     # streamable HTTP on 127.0.0.1:PORT/mcp
 
 Tools: ``echo``, ``count`` (a per-process counter: state a stateful server keeps), ``slow``
-(sleeps; annotated idempotent), ``charge`` (sleeps; not idempotent), ``crash`` (the process exits mid-call), ``hang`` (blocks the server's event loop:
-nothing is answered any more), ``grow`` / ``shrink`` (add or remove the tool ``extra`` and
+(sleeps; annotated idempotent), ``charge`` (sleeps; not idempotent), ``crash`` (the process
+exits mid-call), ``hang`` (blocks the server's event loop: nothing is answered any more), ``grow`` / ``shrink`` (add or remove the tool ``extra`` and
 announce the change), ``forecast`` (structured output), ``picture`` (an image) and ``fail``
 (an ``isError`` result). Every call is appended to the file in ``$MCP_CALL_LOG`` (when set), so
 tests count what ran; ``$MCP_EXTRA_TOOL`` adds ``extra`` under that name
