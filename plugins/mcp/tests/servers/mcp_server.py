@@ -5,9 +5,10 @@
 
 Tools: ``echo``, ``count`` (a per-process counter: state a stateful server keeps), ``slow``
 (sleeps; annotated idempotent), ``charge`` (sleeps; not idempotent), ``crash`` (the process
-exits mid-call), ``hang`` (blocks the server's event loop: nothing is answered any more), ``grow`` / ``shrink`` (add or remove the tool ``extra`` and
-announce the change), ``forecast`` (structured output), ``picture`` (an image) and ``fail``
-(an ``isError`` result). Every call is appended to the file in ``$MCP_CALL_LOG`` (when set), so
+exits mid-call), ``hang`` (blocks the server's event loop: nothing is answered any more),
+``grow`` / ``shrink`` (add or remove the tool ``extra`` and announce the change),
+``forecast`` (structured output), ``picture`` (an image) and ``fail`` (an ``isError`` result).
+Every call is appended to the file in ``$MCP_CALL_LOG`` (when set), so
 tests count what ran; ``$MCP_EXTRA_TOOL`` adds ``extra`` under that name
 at start. Over HTTP, ``POST /fail?status=N`` makes every MCP request answer N until
 ``POST /fail?status=0``.
