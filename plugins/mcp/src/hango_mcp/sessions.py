@@ -84,7 +84,8 @@ class Session:
         self._stop: anyio.Event | None = None
         self._done: anyio.Event | None = None
         self._lock: anyio.Lock | None = None
-        self._scope = anyio.CancelScope()
+        #: The owner task's scope (made in the sessions thread: anyio makes scopes in a loop).
+        self._scope: anyio.CancelScope | None = None
         self._error = ""
 
     # -- the owner task -------------------------------------------------------------------
@@ -105,11 +106,12 @@ class Session:
         )
         return Client(_HttpTransport(str(config.url), http), message_handler=self._on_message)
 
-    async def _own(self, ready: anyio.Event, stop: anyio.Event, done: anyio.Event) -> None:
+    async def _own(
+        self, scope: anyio.CancelScope, ready: anyio.Event, stop: anyio.Event, done: anyio.Event
+    ) -> None:
         client: Client | None = None
         try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
+            with scope:
                 try:
                     async with self._open_client() as client:
                         await self._list(client)
@@ -196,7 +198,8 @@ class Session:
             ready, stop, done = anyio.Event(), anyio.Event(), anyio.Event()
             self._stop, self._done, self._error = stop, done, ""
             self.status = "connecting"
-            _tasks().start_soon(self._own, ready, stop, done)
+            self._scope = anyio.CancelScope()
+            _tasks().start_soon(self._own, self._scope, ready, stop, done)
             with anyio.move_on_after(self.config.connect_timeout):
                 await ready.wait()
             if self._client is None:
@@ -204,7 +207,8 @@ class Session:
                     f"no answer within connect_timeout = {self.config.connect_timeout:g} s"
                 )
                 self.status = f"failed: {reason}"
-                self._scope.cancel()
+                if self._scope is not None:
+                    self._scope.cancel()
                 raise McpUnavailable(
                     f"MCP server {self.config.name!r} ({self.config.where}) could not be "
                     f"reached: {reason}"
