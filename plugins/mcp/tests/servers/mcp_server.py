@@ -7,7 +7,8 @@ Tools: ``echo``, ``count`` (a per-process counter: state a stateful server keeps
 (sleeps; annotated idempotent), ``charge`` (sleeps; not idempotent), ``crash`` (the process
 exits mid-call), ``hang`` (blocks the server's event loop: nothing is answered any more),
 ``grow`` / ``shrink`` (add or remove the tool ``extra`` and announce the change),
-``forecast`` (structured output), ``picture`` (an image) and ``fail`` (an ``isError`` result).
+``forecast`` (structured output), ``picture`` (an image), ``ask`` (asks the user: elicitation)
+and ``fail`` (an ``isError`` result).
 Every call is appended to the file in ``$MCP_CALL_LOG`` (when set), so
 tests count what ran; ``$MCP_EXTRA_TOOL`` adds ``extra`` under that name
 at start. Over HTTP, ``POST /fail?status=N`` makes every MCP request answer N until
@@ -128,6 +129,18 @@ def picture() -> list[object]:
     """A caption and a tiny PNG."""
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 24).decode()
     return ["a caption", ImageContent(type="image", data=png, mime_type="image/png")]
+
+
+class Answer(BaseModel):
+    text: str
+
+
+@server.tool()
+async def ask(ctx: Context) -> str:
+    """Ask the user a question (elicitation) and return the answer."""
+    _log("ask")
+    answer = await ctx.elicit("Which colour?", Answer)
+    return f"{answer.action}: {answer.data.text if answer.data else ''}"
 
 
 @server.tool()
