@@ -32,6 +32,7 @@ import anyio
 import anyio.from_thread
 import httpx2
 import mcp_types as types
+from anyio.lowlevel import RunVar
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
@@ -347,12 +348,30 @@ def session(config: ServerConfig) -> Session:
         return found
 
 
+#: Threads of one event loop that may wait for calls in the sessions thread at once. Their own
+#: limiter: waits of up to ``timeout`` must not take the default threads that the rest of
+#: hango (the SQLite store) runs its blocking work in.
+MAX_WAITING: Final = 256
+_waiters: RunVar[anyio.CapacityLimiter] = RunVar("hango_mcp_waiters")
+
+
+def _waiting_threads() -> anyio.CapacityLimiter:
+    try:
+        return _waiters.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(MAX_WAITING)
+        _waiters.set(limiter)
+        return limiter
+
+
 async def in_sessions(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Run ``fn(*args)`` in the sessions thread and wait for it from any event loop. A
     cancelled caller cancels it there (a tool call then tells its server it was cancelled)."""
     future: concurrent.futures.Future[T] = _portal().start_task_soon(fn, *args)
     try:
-        return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(
+            future.result, abandon_on_cancel=True, limiter=_waiting_threads()
+        )
     except anyio.get_cancelled_exc_class():
         future.cancel()
         raise
