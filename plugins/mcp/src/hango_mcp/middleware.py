@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import mcp_types as types
 from attrs import define, field, frozen
 
@@ -98,14 +99,26 @@ class McpMiddleware:
 
         Raises ``ConfigError`` naming the server for a required server that cannot be reached,
         and naming both servers (and both tools) when two of them offer one name."""
-        for s in self._sessions:
+        failed: dict[str, McpUnavailable] = {}
+
+        async def connect(s: Session) -> None:
             try:
                 await in_sessions(s.connect)
             except McpUnavailable as exc:
-                if s.config.required:
-                    raise ConfigError(f"{self.source}: {exc}") from None
-                warnings.warn(f"{self.source}: {exc}; running without its tools", McpWarning, 2)
-                self._skipped.add(s.config.name)
+                failed[s.config.name] = exc
+
+        async with anyio.create_task_group() as tg:  # at once: the waits do not add up
+            for s in self._sessions:
+                tg.start_soon(connect, s)
+        self._skipped = set()
+        for s in self._sessions:  # reported in the table's order
+            exc = failed.get(s.config.name)
+            if exc is None:
+                continue
+            if s.config.required:
+                raise ConfigError(f"{self.source}: {exc}")
+            warnings.warn(f"{self.source}: {exc}; running without its tools", McpWarning, 2)
+            self._skipped.add(s.config.name)
         owners: dict[str, tuple[str, str]] = {}
         for s in self._sessions:
             if s.config.name in self._skipped:

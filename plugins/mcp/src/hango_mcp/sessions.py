@@ -79,8 +79,6 @@ class Session:
         self.config = config
         self.tools: tuple[types.Tool, ...] = ()
         self.status = "not connected"
-        #: Incremented on every new tool list (connect or change), for tests and listings.
-        self.listings = 0
         self._client: Client | None = None
         self._stop: anyio.Event | None = None
         self._done: anyio.Event | None = None
@@ -145,7 +143,6 @@ class Session:
             if cursor is None:
                 break
         self.tools = tuple(tools)
-        self.listings += 1
 
     async def _follow_changes(self, client: Client) -> None:
         # 2026-era servers announce changes on a subscriptions/listen stream; earlier ones send
