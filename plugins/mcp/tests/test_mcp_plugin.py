@@ -37,6 +37,11 @@ def test_installed_through_entry_point_in_its_slot_after_subagent() -> None:
         assert STACK_ORDER.index("mcp") < STACK_ORDER.index(wrapper)
 
 
+def test_without_servers_the_slot_is_filled_by_a_middleware_that_does_nothing() -> None:
+    placed = assert_installed("mcp", "hango-mcp", hango_mcp, middleware="mcp")
+    assert isinstance(placed.middleware, hango_mcp.NoServers) and placed.capabilities == ()
+
+
 def test_defaults_and_names() -> None:
     (files, web) = servers(
         {

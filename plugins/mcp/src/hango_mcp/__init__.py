@@ -34,6 +34,7 @@ __all__ = [
     "McpTool",
     "McpUnavailable",
     "McpWarning",
+    "NoServers",
     "SeenTools",
     "ServerConfig",
     "close_sessions",
@@ -51,15 +52,23 @@ def hango_options_schema() -> dict[str, Mapping[str, Any]]:
     return {McpMiddleware.name: OPTIONS_SCHEMA}
 
 
+class NoServers:
+    """Slot ``mcp`` for an agent without MCP servers: no capability, so it costs a run nothing
+    (no hook, no span, no wrapper). It is still placed, because the set of middlewares a
+    process can build is asked without an agent's options (a worker claiming runs, a resume
+    rebuilding a recorded stack), and an agent with servers must find ``mcp`` there."""
+
+    name = McpMiddleware.name
+
+
 @hookimpl
-def hango_middleware(config: StackConfig) -> McpMiddleware:
-    """The MCP middleware for the agent's ``[options.mcp]`` servers (with none it provides no
-    tools and passes every call through; it is still placed, so that a run records the same
-    stack whichever process rebuilds it). Raises ``ConfigError`` naming the agent and the
-    server for a malformed server table."""
+def hango_middleware(config: StackConfig) -> McpMiddleware | NoServers:
+    """The MCP middleware for the agent's ``[options.mcp]`` servers (``NoServers`` without
+    any). Raises ``ConfigError`` naming the agent and the server for a malformed server
+    table."""
     source = f"{config.source}: [options.{McpMiddleware.name}]"
     found = servers(config.options(McpMiddleware.name), base_dir=config.base_dir, source=source)
-    return McpMiddleware(found, source=source)
+    return McpMiddleware(found, source=source) if found else NoServers()
 
 
 @hookimpl

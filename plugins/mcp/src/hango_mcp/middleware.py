@@ -139,8 +139,6 @@ class McpMiddleware:
     def provide_tools(self, state: State) -> Sequence[Tool]:
         """Every reachable server's tools, from its cached list; each call builds new specs (a
         caller that changes one changes nothing here). Records the names in private state."""
-        if not self._sessions:
-            return ()
         out: list[Tool] = []
         names: dict[str, str] = {}
         for s in self._sessions:
