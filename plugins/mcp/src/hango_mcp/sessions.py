@@ -85,7 +85,6 @@ class Session:
         self._lock: anyio.Lock | None = None
         #: The owner task's scope (made in the sessions thread: anyio makes scopes in a loop).
         self._scope: anyio.CancelScope | None = None
-        self._error = ""
 
     # -- the owner task -------------------------------------------------------------------
 
@@ -106,8 +105,15 @@ class Session:
         return Client(_HttpTransport(str(config.url), http), message_handler=self._on_message)
 
     async def _own(
-        self, scope: anyio.CancelScope, ready: anyio.Event, stop: anyio.Event, done: anyio.Event
+        self,
+        scope: anyio.CancelScope,
+        ready: anyio.Event,
+        stop: anyio.Event,
+        done: anyio.Event,
+        failure: list[str],
     ) -> None:
+        # ``failure`` is this attempt's own: an earlier owner still closing cannot overwrite
+        # the reason a later attempt reports.
         client: Client | None = None
         try:
             with scope:
@@ -122,9 +128,7 @@ class Session:
                             await stop.wait()
                             tg.cancel_scope.cancel()
                 except Exception as exc:
-                    self._error = _one_line(exc)
-                    if not ready.is_set():
-                        self.status = f"failed: {self._error}"
+                    failure.append(_one_line(exc))
         finally:
             if self._client is client:
                 self._client = None
@@ -194,15 +198,18 @@ class Session:
                 self._broken(client)
             await self._closed()
             ready, stop, done = anyio.Event(), anyio.Event(), anyio.Event()
-            self._stop, self._done, self._error = stop, done, ""
+            failure: list[str] = []
+            self._stop, self._done = stop, done
             self.status = "connecting"
             self._scope = anyio.CancelScope()
-            _tasks().start_soon(self._own, self._scope, ready, stop, done)
+            _tasks().start_soon(self._own, self._scope, ready, stop, done, failure)
             with anyio.move_on_after(self.config.connect_timeout):
                 await ready.wait()
             if self._client is None:
-                reason = self._error or (
-                    f"no answer within connect_timeout = {self.config.connect_timeout:g} s"
+                reason = (
+                    failure[0]
+                    if failure
+                    else (f"no answer within connect_timeout = {self.config.connect_timeout:g} s")
                 )
                 self.status = f"failed: {reason}"
                 if self._scope is not None:
