@@ -34,7 +34,14 @@ from hango.middleware import (
 )
 from hango_mcp.config import ServerConfig
 from hango_mcp.results import to_tool_result
-from hango_mcp.sessions import McpCallFailed, McpUnavailable, Session, in_sessions, session
+from hango_mcp.sessions import (
+    McpCallFailed,
+    McpUnavailable,
+    Session,
+    first_listing,
+    in_sessions,
+    session,
+)
 
 NAME = "mcp"
 
@@ -138,13 +145,17 @@ class McpMiddleware:
 
     def provide_tools(self, state: State) -> Sequence[Tool]:
         """Every reachable server's tools, from its cached list; each call builds new specs (a
-        caller that changes one changes nothing here). Records the names in private state."""
+        caller that changes one changes nothing here). Records the names in private state.
+
+        Asked first before the run is recorded (its tool names are checked then), when a server
+        this process never reached is connected at once (``sessions.first_listing``)."""
         out: list[Tool] = []
         names: dict[str, str] = {}
         for s in self._sessions:
             config = s.config
             if config.name in self._skipped:
                 continue
+            first_listing(s)
             for tool in s.tools:  # one snapshot: replaced whole on a change, never edited
                 if not config.offers(tool.name):
                     continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -366,6 +367,17 @@ def _waiting_threads() -> anyio.CapacityLimiter:
         limiter = anyio.CapacityLimiter(MAX_WAITING)
         _waiters.set(limiter)
         return limiter
+
+
+def first_listing(s: Session) -> None:
+    """Connect ``s`` now, blocking the calling thread (bounded by ``connect_timeout``), if it
+    was never tried in this process. For ``provide_tools``, which is synchronous and is asked
+    before a run is recorded: the tool names must be known then, so that options naming tools
+    (approval's ``interrupt_on``, a budget per tool) are checked against them. Only the first
+    run of a process waits; a failure is left for ``before_run`` to report."""
+    if s.status == "not connected":
+        with contextlib.suppress(McpUnavailable):
+            _portal().call(s.connect)
 
 
 async def in_sessions(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
