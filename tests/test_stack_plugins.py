@@ -24,6 +24,7 @@ import hango_approval
 import hango_fallback
 import hango_filesystem
 import hango_limits
+import hango_mcp
 import hango_memory
 import hango_prompt_cache
 import hango_repair
@@ -55,6 +56,7 @@ HANGO = Path(hango_executable())
 STACK = [
     "skills",
     "filesystem",
+    "mcp",
     "repair_tool_calls",
     "todo",
     "repeat_call",
@@ -79,6 +81,7 @@ PLUGINS: dict[str, ModuleType] = {
     "approval": hango_approval,
     "skills": hango_skills,
     "memory": hango_memory,
+    "mcp": hango_mcp,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -94,6 +97,7 @@ SLOTS = {
     "approval": "human_in_the_loop",
     "skills": "skills",
     "memory": "memory",
+    "mcp": "mcp",
 }
 
 
@@ -127,6 +131,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
         ("skills", "hango-skills", "skills"),
         ("filesystem", "hango-filesystem", "filesystem"),
+        ("mcp", "hango-mcp", "mcp"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
@@ -138,8 +143,9 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
-    assert rows[3]["capabilities"] == ["tool_provider", "prompt_contributor"]
-    assert rows[1]["capabilities"] == ["tool_wrapper", "tool_provider", "prompt_contributor"]
+    capabilities = {r["name"]: r["capabilities"] for r in rows}
+    assert capabilities["todo"] == ["tool_provider", "prompt_contributor"]
+    assert capabilities["filesystem"] == ["tool_wrapper", "tool_provider", "prompt_contributor"]
 
 
 @pytest.mark.parametrize(

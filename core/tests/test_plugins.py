@@ -151,8 +151,8 @@ def test_every_hook_is_documented() -> None:
 
 def test_stack_order_is_pinned() -> None:
     assert STACK_ORDER == (
-        "skills", "filesystem", "subagent", "summarization", "repair_tool_calls", "todo",
-        "repeat_call", "limits", "agent", "model_fallback", "prompt_cache", "memory",
+        "skills", "filesystem", "subagent", "mcp", "summarization", "repair_tool_calls",
+        "todo", "repeat_call", "limits", "agent", "model_fallback", "prompt_cache", "memory",
         "human_in_the_loop", "tool_retry", "tool_allowlist",
     )  # fmt: skip
 

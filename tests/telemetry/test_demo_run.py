@@ -25,6 +25,7 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 PHASE_STACK = (
     "skills",
     "filesystem",
+    "mcp",
     "repair_tool_calls",
     "todo",
     "repeat_call",
