@@ -54,8 +54,8 @@ from hango.provider import (
     Usage,
     model_from_spec,
 )
-from hango.run import Decided, Harness, RunNotResumable
-from hango.store import RunStore, StoreError, open_store
+from hango.run import Decided, Harness, RunNotResumable, StepResult
+from hango.store import RunBusy, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -87,6 +87,7 @@ __all__ = [
     "PluginError",
     "ProviderRetry",
     "Request",
+    "RunBusy",
     "RunFinished",
     "RunNotResumable",
     "RunStarted",
@@ -96,6 +97,7 @@ __all__ = [
     "ScriptedModel",
     "ServerBlock",
     "StateError",
+    "StepResult",
     "StopReason",
     "StoreError",
     "TextBlock",

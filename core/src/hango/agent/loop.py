@@ -240,9 +240,10 @@ def held_calls(state: State) -> frozenset[str]:
     unanswered: the unfinished calls of a batch suspended for decisions, and every call that
     started without a saved result (its outcome is unknown; only the loop may decide what
     happens to it) or whose body returned a result not saved in the history yet (the loop
-    answers it with that result)."""
+    answers it with that result), and the unfinished calls of a batch a step boundary ended
+    a pass in."""
     held = set(state.interrupts.started) | set(state.interrupts.ran)
-    if state.interrupts.pending:
+    if state.interrupts.pending or state.interrupts.stepped:
         held.update(c.id for c in pending_calls(state.messages))
     return frozenset(held)
 
@@ -463,7 +464,8 @@ async def run_loop(
         return LoopOutcome(RunStatus.SUSPENDED, stop_reason, None, usage, turns)
 
     def stepped() -> LoopOutcome:
-        # Saved as it is: the next step (any process) goes on from here.
+        # Saved as it is: the next step (any process) goes on from here, with the batch.
+        state.interrupts.stepped = bool(pending_calls(state.messages))
         return LoopOutcome(RunStatus.RUNNING, stop_reason, None, usage, turns)
 
     def stopped() -> LoopOutcome | None:
@@ -472,6 +474,8 @@ async def run_loop(
         return LoopOutcome(RunStatus.QUEUED, stop_reason, None, usage, turns)
 
     turns = turns_taken(state.messages)
+    # This pass goes on with the batch; should it end by a crash, nothing says it was stepped.
+    state.interrupts.stepped = False
     unfinished = pending_calls(state.messages)
     if unfinished:
         paused = await run_batch(unfinished, tools_now())
@@ -516,6 +520,8 @@ async def run_loop(
             await emit(MessageCompleted(response.message, response.stop_reason, response.usage))
             calls = response.message.tool_uses
             if not calls and stop_reason is not StopReason.PAUSE_TURN:
+                if step_done is not None:
+                    step_done()  # the last step: the run ends here anyway
                 # The runner saves this message together with the final status, atomically.
                 return LoopOutcome(RunStatus.COMPLETED, stop_reason, None, usage, turns)
             answered: dict[str, ToolResult] = {}

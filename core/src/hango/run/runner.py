@@ -460,6 +460,8 @@ class Harness:
             if settle:
                 return _finished(run, run.status, ()), True
             raise RunNotResumable(f"run {run_id} already completed")
+        if settle and (waiting := _waiting(run)):
+            return _finished(run, run.status, waiting), True
         agent, placements = await self._continuable(run, agent)
         async with claimed(
             self.store,
@@ -720,6 +722,20 @@ def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction
     """How a run stands, from its record (for a resume that executed nothing)."""
     usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
     return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+
+
+def _waiting(run: RunRecord) -> list[PendingAction]:
+    """The pending actions a suspended run waits for, from its record (none: it is not
+    suspended, or its state does not load, which the pass itself reports)."""
+    if run.status is not RunStatus.SUSPENDED or not isinstance(run.state, dict):
+        return []
+    try:
+        state = load_run_state(
+            run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+        )
+    except StateError:
+        return []
+    return state.interrupts.waiting()
 
 
 def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:
