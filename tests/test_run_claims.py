@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from hango import Harness, RunBusy, RunStatus
-from hango.testing import CLI_TENANT, HangoCli, kill_when, write_agent
+from hango.testing import HangoCli, kill_when, write_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -49,14 +49,14 @@ model = "scripted:script.toml"
 tools = ["claim_tools:slow"]
 """
 
-with_and_without_repair = pytest.mark.parametrize(
-    "repair", [False, True], ids=["bare", "repair"]
-)
+with_and_without_repair = pytest.mark.parametrize("repair", [False, True], ids=["bare", "repair"])
 
 
-def cli_for(tmp_path: Path, database_url: str, repair: bool, lease: str) -> HangoCli:
+def cli_for(
+    tmp_path: Path, database_url: str, tenant: uuid.UUID, repair: bool, lease: str
+) -> HangoCli:
     write_agent(tmp_path, agent=AGENT, script=SCRIPT, tools={"claim_tools": TOOLS})
-    env: dict[str, str | None] = {"HANGO_RUN_LEASE_SECONDS": lease}
+    env: dict[str, str | None] = {"HANGO_RUN_LEASE_SECONDS": lease, "HANGO_TENANT": str(tenant)}
     if not repair:
         env["HANGO_DISABLE_PLUGINS"] = "repair"
     return HangoCli(tmp_path, database_url=database_url, env=env)
@@ -67,9 +67,9 @@ def calls(tmp_path: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-async def only_run(cli: HangoCli) -> uuid.UUID:
+async def only_run(cli: HangoCli, tenant: uuid.UUID) -> uuid.UUID:
     with anyio.fail_after(30):
-        while not (runs := await cli.runs()):
+        while not (runs := await cli.runs(tenant)):  # noqa: ASYNC110 - another process's row
             await anyio.sleep(0.05)
     (run,) = runs
     return run.id
@@ -83,25 +83,25 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 @with_and_without_repair
 async def test_a_run_another_process_executes_is_refused_to_resume_and_to_execute(
-    tmp_path: Path, database_url: str, repair: bool
+    tmp_path: Path, database_url: str, tenant: uuid.UUID, repair: bool
 ) -> None:
     # A claim long enough not to lapse while the test looks.
-    cli = cli_for(tmp_path, database_url, repair, lease="30")
+    cli = cli_for(tmp_path, database_url, tenant, repair, lease="30")
     proc = cli.popen("run", "--agent", "agent.toml", "go")
     try:
         with anyio.fail_after(30):
             while not calls(tmp_path):
                 assert proc.poll() is None, proc.communicate()
                 await anyio.sleep(0.05)
-        run_id = await only_run(cli)
+        run_id = await only_run(cli, tenant)
         refused = cli.run("resume", str(run_id))
         assert refused.returncode == 2
         assert f"run {run_id} is being executed by " in one_line(refused)
         async with cli.store() as store:
-            before = await store.get_run(CLI_TENANT, run_id)
+            before = await store.get_run(tenant, run_id)
             with pytest.raises(RunBusy, match=str(run_id)):
-                await Harness(store, tenant_id=CLI_TENANT, settings={}).execute(run_id)
-            assert await store.get_run(CLI_TENANT, run_id) == before  # nothing written
+                await Harness(store, tenant_id=tenant, settings={}).execute(run_id)
+            assert await store.get_run(tenant, run_id) == before  # nothing written
         (tmp_path / "go").touch()
         out, err = proc.communicate(timeout=60)
     finally:
@@ -114,12 +114,12 @@ async def test_a_run_another_process_executes_is_refused_to_resume_and_to_execut
 
 @with_and_without_repair
 async def test_two_forced_resumes_of_a_killed_run_make_one_executor(
-    tmp_path: Path, database_url: str, repair: bool
+    tmp_path: Path, database_url: str, tenant: uuid.UUID, repair: bool
 ) -> None:
-    cli = cli_for(tmp_path, database_url, repair, lease="2")
+    cli = cli_for(tmp_path, database_url, tenant, repair, lease="2")
     killed = cli.popen("run", "--agent", "agent.toml", "go")
     await kill_when(killed, tmp_path / "calls.log", "slow")
-    run_id = await only_run(cli)
+    run_id = await only_run(cli, tenant)
     # Both wait for the dead process's claim to lapse, then race for it.
     first = cli.popen("resume", "--force", str(run_id))
     second = cli.popen("resume", "--force", str(run_id))
@@ -134,7 +134,7 @@ async def test_two_forced_resumes_of_a_killed_run_make_one_executor(
         (line,) = err.strip().splitlines()
         assert f"run {run_id} is being executed by " in line
         (tmp_path / "go").touch()
-        out, err = winner.communicate(timeout=60)
+        _, err = winner.communicate(timeout=60)
     finally:
         for proc in (first, second):
             if proc.poll() is None:
@@ -145,5 +145,5 @@ async def test_two_forced_resumes_of_a_killed_run_make_one_executor(
     again = [] if repair else ["slow a"]
     assert calls(tmp_path) == ["slow a", *again, "slow b"]
     async with cli.store() as store:
-        done = await store.get_run(CLI_TENANT, run_id)
+        done = await store.get_run(tenant, run_id)
     assert (done.status, done.lease_owner) == (RunStatus.COMPLETED, None)
