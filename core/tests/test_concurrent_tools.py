@@ -144,9 +144,7 @@ async def test_a_sequential_tool_runs_alone_between_the_calls_before_and_after_i
         ("lookup", {"name": "c"}),
         ("lookup", {"name": "d"}),
     )
-    async with agent_harness(
-        tmp_path, turns=[batch, {"text": "ok"}], tools=[lookup, deploy]
-    ) as h:
+    async with agent_harness(tmp_path, turns=[batch, {"text": "ok"}], tools=[lookup, deploy]) as h:
         agent = h.agent
         if how == "agent_file":
             # Every lookup is sequential here: each call runs alone.
@@ -227,7 +225,8 @@ async def test_cancelling_the_run_cancels_running_calls_and_keeps_finished_ones(
     assert resumed.status is RunStatus.COMPLETED
     # Only the unfinished call ran again.
     assert [n for e, n, _ in log if e == "start"] == ["long"]
-    assert [r.content for r in history[2].tool_results] == ["quick done", "long done", "quick2 done"]
+    contents = [r.content for r in history[2].tool_results]
+    assert contents == ["quick done", "long done", "quick2 done"]
 
 
 class Gate:
@@ -284,7 +283,8 @@ async def test_a_pause_in_a_concurrent_batch_lets_running_calls_finish_and_suspe
         history = await saved_history(h, first.run_id)
     assert done.status is RunStatus.COMPLETED
     assert sorted(n for e, n, _ in log if e == "start") == ["b", "g1", "g2"]  # each once
-    assert [r.content for r in history[2].tool_results] == ["a done", "g1 done", "b done", "g2 done"]
+    contents = [r.content for r in history[2].tool_results]
+    assert contents == ["a done", "g1 done", "b done", "g2 done"]
     assert_valid_history(history)
 
 
