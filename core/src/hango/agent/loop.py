@@ -446,7 +446,11 @@ class AgentLoop:
 
     def _problem(self, value: JSON, response: ModelResponse) -> str | None:
         assert self._check is not None
-        problem = self._check.problem(value)
+        check, asked = self._check, self._asked
+        if asked is not None and asked.schema is not check.schema:
+            # A wrapper rewrote the schema for this call: the answer is held to what was asked.
+            check = OutputCheck(asked.schema, self.settings.output_type)
+        problem = check.problem(value)
         if problem is None and response.output_error is not None:
             problem = response.output_error
         return problem
