@@ -181,6 +181,44 @@ def test_the_readme_agent_file_sets_its_limits(tmp_path: Path) -> None:
     assert (policy.on_limit, policy.on_tool_limit) == ("end", "end")
 
 
+# -- a concurrent batch ----------------------------------------------------------------------
+
+in_flight = {"now": 0, "most": 0}
+
+
+@box.tool
+async def fetch(q: str) -> str:
+    """Fetch q; slow enough that a batch's calls overlap."""
+    in_flight["now"] += 1
+    in_flight["most"] = max(in_flight["most"], in_flight["now"])
+    await anyio.sleep(0.05)
+    in_flight["now"] -= 1
+    return f"fetched {q}"
+
+
+@pytest.mark.anyio
+async def test_a_budget_is_exact_when_the_batch_runs_at_once(tmp_path: Path) -> None:
+    """Five calls of one response start before any finishes; with a budget of three tool
+    calls, three run (at once) and two are refused: the running calls count."""
+    executed.clear()
+    in_flight.update(now=0, most=0)
+    batch = calls(*(("fetch", {"q": q}) for q in "abcde"))
+    mw = limits(run={"tool_calls": 3})
+    async with agent_harness(
+        tmp_path, turns=[batch, {"text": "ok"}], stack=[mw], tools=[fetch]
+    ) as h:
+        finished = await h.run(h.agent, "go")
+        messages = await history(h, finished.run_id)
+        counts = await private(h, finished.run_id)
+    assert finished.status is RunStatus.COMPLETED
+    assert executed == ["fetch a", "fetch b", "fetch c"]
+    assert in_flight["most"] == 3  # they did overlap
+    results = messages[2].tool_results
+    assert [r.is_error for r in results] == [False, False, False, True, True]
+    assert "limit of 3 tool calls per run" in results[3].content
+    assert counts["run"]["tool_calls"] == 3 and counts["running"] == {}
+
+
 # -- continue ---------------------------------------------------------------------------------
 
 
