@@ -596,7 +596,10 @@ async def test_a_call_cancelled_mid_run_is_counted_once_after_the_resume(tmp_pat
         {"text": "Done."},
     ]
     mw = limits(run={"tool_calls": 3})
-    async with agent_harness(tmp_path, turns=turns, stack=[mw], tools=[note, gate.tool()]) as h:
+    # One at a time: note a has its result before wait starts (the test is about the resume).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=[mw], tools=[note, gate.tool()], max_tool_concurrency=1
+    ) as h:
         run = await h.start(h.agent, "go")
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
@@ -645,7 +648,10 @@ async def test_an_end_under_way_survives_a_cancel_and_a_resume(tmp_path: Path) -
     mw = limits(on_tool_limit="end", run={"per_tool": {"search": 1}})
     scope = anyio.CancelScope()
     stack = [CancelAt("note", scope), mw]
-    async with agent_harness(tmp_path, turns=turns, stack=stack, tools=[search, note]) as h:
+    # One at a time: search a has its result when note's turn comes (the test is about the end).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=stack, tools=[search, note], max_tool_concurrency=1
+    ) as h:
         run = await h.start(h.agent, "go")
         with scope:
             await h.execute(run.id)
