@@ -24,6 +24,7 @@ HEAD = [
     "0005.durability",
     "0006.workspace",
     "0007.memory",
+    "0008.run-claim",
 ]
 
 

@@ -18,6 +18,8 @@ listed, with one line, in docs/reference/api.md.
   ``narrow_tools`` / ``tool_narrowing`` (the tools a run is narrowed to, enforced by the
   allowlist).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
+- Structured output: ``proposed_output`` (what a response offers as the run's output),
+  ``reject_output`` (an output validator's refusal, with the reason), ``FINAL_ANSWER``.
 - Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
   ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
@@ -59,6 +61,7 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
+from hango.agent.output import FINAL_ANSWER, proposed_output, reject_output
 from hango.agent.state import (
     STATE_SCOPES,
     State,
@@ -116,6 +119,7 @@ __all__ = [
     "DECISIONS",
     "EDIT_MODES",
     "ERROR_TYPE",
+    "FINAL_ANSWER",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
     "REQUEST_MODEL",
@@ -171,8 +175,10 @@ __all__ = [
     "load_private",
     "memory_store",
     "narrow_tools",
+    "proposed_output",
     "provider_name",
     "record",
+    "reject_output",
     "replace_lone_surrogates",
     "run_memory",
     "search_entries",
