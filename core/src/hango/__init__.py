@@ -28,7 +28,7 @@ from hango.agent.events import (
 from hango.agent.interrupts.decide import DecisionRefused
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError
-from hango.config import ConfigError
+from hango.config import Config, ConfigError
 from hango.plugins import PluginError
 from hango.provider import (
     JSON,
@@ -54,7 +54,7 @@ from hango.provider import (
     Usage,
     model_from_spec,
 )
-from hango.run import Decided, Harness, RunNotResumable
+from hango.run import Decided, Delivered, Engine, EngineError, Harness, RunNotResumable
 from hango.store import RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
@@ -69,10 +69,14 @@ __all__ = [
     "AgentFileError",
     "AttemptDiscarded",
     "Block",
+    "Config",
     "ConfigError",
     "Decided",
     "Decision",
     "DecisionRefused",
+    "Delivered",
+    "Engine",
+    "EngineError",
     "Event",
     "Harness",
     "InterruptRaised",

@@ -146,10 +146,13 @@ class Harness:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        engine: str | None = None,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
-        for a worker.
+        for a worker; ``engine`` names the engine that will execute it (``hango.run.engine``:
+        recorded as ``config["engine"]``; the run stays ``running`` with no lease, so the own
+        queue's workers never take it) and, like a queued run, needs a portable agent.
 
         Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
         ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
@@ -159,7 +162,7 @@ class Harness:
         registry = self.tools if self.tools is not None else agent.load_tools()
         placements = self._resolve(agent)
         _check_tools(agent, registry, self._chain(placements))
-        if status is RunStatus.QUEUED and not agent.portable:
+        if (status is RunStatus.QUEUED or engine is not None) and not agent.portable:
             # A worker rebuilds the agent from its stored JSON, which cannot hold the objects.
             # (Middleware objects given to the Harness are fine: only workers whose Harness
             # has middleware of those names claim the run.)
@@ -182,6 +185,7 @@ class Harness:
                 "base_url": self.base_url or agent.base_url,
                 # Started for workers: a decision puts it back on the queue (hango resume).
                 "queued": status is RunStatus.QUEUED,
+                **({"engine": engine} if engine is not None else {}),
             },
         )
         if not agent.portable:
