@@ -396,8 +396,7 @@ async def _resume_on_engine(
         )
     if record.status is not RunStatus.SUSPENDED:
         raise StoreError(
-            f"run {record.id} is {record.status.value} on engine {name}, not waiting for a "
-            "decision"
+            f"run {record.id} is {record.status.value} on engine {name}, not waiting for a decision"
         )
     delivered = await engine.decide(harness, record.id, decisions)
     after = await store.get_run(record.tenant_id, record.id)

@@ -8,7 +8,6 @@ from attrs import frozen
 
 from hango.middleware import ConfigError, float_setting
 
-
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 
