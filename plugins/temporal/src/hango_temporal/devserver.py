@@ -49,11 +49,12 @@ def free_port() -> int:
 
 class DevServer:
     """``temporal server start-dev`` on 127.0.0.1, its state in ``db_file``; the log goes to
-    ``db_file`` with the suffix ``.log``. ``address`` is host:port (the port stays the same
+    ``db_file`` with the suffix ``.log``; ``dynamic_config``: ``KEY=JSON`` server settings. ``address`` is host:port (the port stays the same
     across ``restart``)."""
 
-    def __init__(self, db_file: Path) -> None:
+    def __init__(self, db_file: Path, *, dynamic_config: tuple[str, ...] = ()) -> None:
         self.db_file = db_file
+        self.dynamic_config = dynamic_config
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = db_file.with_suffix(".log")
@@ -81,6 +82,7 @@ class DevServer:
                     str(self.db_file),
                     "--log-level",
                     "warn",
+                    *(a for kv in self.dynamic_config for a in ("--dynamic-config-value", kv)),
                 ],
                 stdout=out,
                 stderr=out,
