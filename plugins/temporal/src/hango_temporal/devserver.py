@@ -49,8 +49,8 @@ def free_port() -> int:
 
 class DevServer:
     """``temporal server start-dev`` on 127.0.0.1, its state in ``db_file``; the log goes to
-    ``db_file`` with the suffix ``.log``; ``dynamic_config``: ``KEY=JSON`` server settings. ``address`` is host:port (the port stays the same
-    across ``restart``)."""
+    ``db_file`` with the suffix ``.log``; ``dynamic_config``: ``KEY=JSON`` server settings.
+    ``address`` is host:port (the port stays the same across ``restart``)."""
 
     def __init__(self, db_file: Path, *, dynamic_config: tuple[str, ...] = ()) -> None:
         self.db_file = db_file
