@@ -50,6 +50,7 @@ from hango.agent.interrupts.records import (
     Interrupt,
     InterruptError,
     PendingAction,
+    RanCall,
     StartedCall,
     argument_digest,
 )
@@ -207,6 +208,16 @@ class _WouldRun(BaseException):
     """Raised by the innermost handler of a probe: no middleware paused the call."""
 
 
+class _SaveFailed(BaseException):
+    """A save made inside the innermost tool handler failed (the database is away, the lease
+    lost). Carried through the chain, which would turn an ``Exception`` there into the tool's
+    error result, to the loop, which raises ``error``: the run stops, the tool did not fail."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
     """Calls of the last assistant message that have no result yet: its batch is unfinished.
 
@@ -228,8 +239,9 @@ def held_calls(state: State) -> frozenset[str]:
     """Ids of the calls a resumed run finishes itself, which a history repair must leave
     unanswered: the unfinished calls of a batch suspended for decisions, and every call that
     started without a saved result (its outcome is unknown; only the loop may decide what
-    happens to it)."""
-    held = set(state.interrupts.started)
+    happens to it) or whose body returned a result not saved in the history yet (the loop
+    answers it with that result)."""
+    held = set(state.interrupts.started) | set(state.interrupts.ran)
     if state.interrupts.pending:
         held.update(c.id for c in pending_calls(state.messages))
     return frozenset(held)
@@ -255,18 +267,22 @@ async def run_loop(
     emit: Emit,
     checkpoint: Checkpoint,
     stop: anyio.Event | None = None,
+    step_done: Callable[[], bool] | None = None,
 ) -> LoopOutcome:
     """Run ``state`` to the end of the agent's turn.
 
     Turns are counted from the run's own prompt in the history (``turns_taken``), so a resumed
     run keeps its ``max_turns`` budget. ``stop``, once set, ends the loop at the next turn
     boundary (after a tool batch, all its results saved) with status ``queued``: the run is
-    whole and another process can continue it (a worker's SIGTERM).
+    whole and another process can continue it (a worker's SIGTERM). ``step_done`` is called
+    after each step is saved (a model response, one tool call's result); once it returns True
+    the loop ends there with status ``running`` (the execution seam, ``hango.run.step``).
 
     Returns the outcome. Exceptions from the model (``ModelError``) or a middleware propagate
     to the caller, after the last checkpoint.
     """
     validators = _Validators()
+    ran_here: set[str] = set()  # calls whose body returned in this pass
     usage = Usage()
     stop_reason: StopReason | None = None
     attempts = _Attempts()
@@ -297,6 +313,12 @@ async def run_loop(
             chat.finished(response)
             return response
 
+    async def save_in_call() -> None:
+        try:
+            await checkpoint(state)
+        except Exception as exc:
+            raise _SaveFailed(exc) from exc
+
     async def execute(treq: ToolCallRequest) -> ToolResult:
         call, tool, scope = treq.call, treq.tool, treq.progress
         if scope.probe:
@@ -316,6 +338,12 @@ async def run_loop(
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
         book = state.interrupts
+        digest = argument_digest(call.name, call.input)
+        ran = book.ran.get(call.id)
+        if ran is not None and ran.digest == digest and call.id not in ran_here:
+            # Its body returned in a pass that stopped before the result was saved: never
+            # run it again (a wrapper's own retry within this pass is not affected).
+            return ToolResult(ran.content, ran.is_error)
         started = book.started.get(call.id)
         if started is not None and not (scope.decided or scope.started):
             # Started by a pass that stopped before saving its result: no one decided to
@@ -324,10 +352,17 @@ async def run_loop(
         if scope.decided or not getattr(tool, "idempotent", True):
             # Saved before it runs: a resumed run must know this call may have taken effect,
             # and the decision it runs on is used up.
-            book.start(call.id, call.name, argument_digest(call.name, call.input))
+            book.start(call.id, call.name, digest)
             scope.started = True
-            await checkpoint(state)
-        return await tool.call(arguments, ToolContext(treq.state, call))
+            await save_in_call()
+        result = await tool.call(arguments, ToolContext(treq.state, call))
+        # Saved before any wrapper sees it: a wrapper failing after ``next`` returned (or a
+        # crash) must not make the resumed run call the body a second time.
+        content = storable_result(result.content, settings.max_result_chars)
+        book.ran_body(call.id, RanCall.of(call.name, digest, content, result.is_error))
+        ran_here.add(call.id)
+        await save_in_call()
+        return result
 
     async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
         scope = CallProgress(tools)
@@ -342,6 +377,8 @@ async def run_loop(
                 _check_pause(pause, scope)
                 raised(pause.action)
                 return pause
+            except _SaveFailed as failed:
+                raise failed.error from None
             if result.is_error:
                 # An error often quotes what failed: a key or token must not reach the
                 # history, the model or the caller.
@@ -371,9 +408,10 @@ async def run_loop(
         calls: tuple[ToolUseBlock, ...],
         tools: Mapping[str, Tool],
         answered: Mapping[str, ToolResult] | None = None,
-    ) -> list[PendingAction]:
-        """Run ``calls`` in order; returns the questions the batch paused on (none: done). A
-        call in ``answered`` already has its result in the history and is only reported."""
+    ) -> list[PendingAction] | None:
+        """Run ``calls`` in order; returns the questions the batch paused on (none: done), or
+        None when ``step_done`` ended the pass after a call. A call in ``answered`` already has
+        its result in the history and is only reported."""
         paused: list[PendingAction] = []
         for call in calls:
             if answered and call.id in answered:
@@ -400,6 +438,8 @@ async def run_loop(
                     if state.todos is not todos_before:
                         telemetry.record_todos(t.status for t in state.todos)
                         await emit(TodosUpdated(tuple(state.todos)))
+                    if step_done is not None and step_done():
+                        return None
                     continue
                 pause = outcome
             if pause is not None:
@@ -422,6 +462,10 @@ async def run_loop(
         # The runner saves the questions with the history and this status, in one save.
         return LoopOutcome(RunStatus.SUSPENDED, stop_reason, None, usage, turns)
 
+    def stepped() -> LoopOutcome:
+        # Saved as it is: the next step (any process) goes on from here.
+        return LoopOutcome(RunStatus.RUNNING, stop_reason, None, usage, turns)
+
     def stopped() -> LoopOutcome | None:
         if stop is None or not stop.is_set():
             return None
@@ -430,7 +474,10 @@ async def run_loop(
     turns = turns_taken(state.messages)
     unfinished = pending_calls(state.messages)
     if unfinished:
-        if await run_batch(unfinished, tools_now()):
+        paused = await run_batch(unfinished, tools_now())
+        if paused is None:
+            return stepped()
+        if paused:
             return suspended()
         await emit(TurnFinished(turns))
         if outcome := stopped():
@@ -477,7 +524,12 @@ async def run_loop(
                 answered[cut.id] = _CUT_OFF
                 _add_result(state.messages, ToolResultBlock(cut.id, _CUT_OFF.content, True))
             await checkpoint(state)
-            if calls and await run_batch(calls, tools, answered):
+            if step_done is not None and step_done():
+                return stepped()
+            paused = await run_batch(calls, tools, answered)
+            if paused is None:
+                return stepped()
+            if paused:
                 return suspended()
             await emit(TurnFinished(turns))
             if outcome := stopped():

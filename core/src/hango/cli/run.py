@@ -56,7 +56,7 @@ from hango.provider.messages import Message
 from hango.run import Decided, Harness
 from hango.run.engine import OWN_ENGINE, EngineError, engine_named, engine_of
 from hango.store import RunStore, SessionBusy, StoreError, open_store
-from hango.store.base import RunRecord
+from hango.store.base import RunRecord, run_busy
 
 Output = Literal["text", "json", "jsonl"]
 
@@ -93,13 +93,9 @@ class _Resume:
             options.append(f"--{output}")
         self.options = options
 
-    def command(self, run_id: uuid.UUID, *, force: bool = False) -> str:
-        extra = ["--force"] if force else []
+    def command(self, run_id: uuid.UUID) -> str:
         return resume_hint.command(
-            ["resume", str(run_id)],
-            db=self.db,
-            tenant=self.tenant,
-            options=[*self.options, *extra],
+            ["resume", str(run_id)], db=self.db, tenant=self.tenant, options=self.options
         )
 
 
@@ -211,14 +207,34 @@ async def _busy_session(
     expires = busy.lease_expires_at
     if expires is not None and expires > dt.datetime.now(dt.UTC):
         return StoreError(
-            f"session {session_id} has run {busy.id} in progress on worker {busy.lease_owner}; "
+            f"session {session_id} has run {busy.id} in progress on {busy.lease_owner}; "
             "continue the session once it has finished"
         )
     return StoreError(
-        f"session {session_id} has run {busy.id} still marked running: if the `hango run` "
-        f"that ran it is gone (killed, crashed), recover it with: "
-        f"{resume.command(busy.id, force=True)}"
+        f"session {session_id} has run {busy.id} still marked running, and nothing executes "
+        f"it (its executor is gone: killed, crashed); recover it with: {resume.command(busy.id)}"
     )
+
+
+async def _unclaimed(store: RunStore, record: RunRecord, *, wait: bool) -> RunRecord:
+    """``record`` once no other executor holds its claim, checked before any decision is
+    recorded (``Harness.execute`` takes the claim itself, atomically). While one does:
+    ``RunBusy``; with ``wait`` (``--force``) only after waiting once for the claim to lapse,
+    which a crashed executor's does and a live one's never does (it renews it)."""
+    expires = record.lease_expires_at
+    now = dt.datetime.now(dt.UTC)
+    if expires is None or expires <= now:
+        return record
+    if wait:
+        await anyio.sleep((expires - now).total_seconds() + 0.05)
+        record = await store.get_run(record.tenant_id, record.id)
+        expires = record.lease_expires_at
+        if expires is None or expires <= dt.datetime.now(dt.UTC):
+            return record
+    busy = run_busy(record.id, record.lease_owner, expires)
+    if wait:
+        raise busy
+    raise type(busy)(f"{busy}; with --force, resume waits for the claim to lapse")
 
 
 @main.command()
@@ -283,7 +299,11 @@ def run(
 )
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
 @trace_option
-@click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="If another executor holds the run, wait once for its claim to lapse, then resume.",
+)
 @click.option("--approve", multiple=True, metavar="CALL_ID", help="Approve a pending tool call.")
 @click.option(
     "--reject",
@@ -347,18 +367,9 @@ def resume(
             if engine_of(record.config) != OWN_ENGINE:
                 return await _resume_on_engine(store, record, decisions, output=output, db=db)
             again = _Resume(db, model=model, base_url=base_url, trace=trace, output=output)
-            expires = record.lease_expires_at
-            if expires is not None and expires > dt.datetime.now(dt.UTC):
-                raise StoreError(
-                    f"run {rid} is held by worker {record.lease_owner} until "
-                    f"{expires:%H:%M:%S} UTC; resume it after its lease expires"
-                )
-            if record.status is RunStatus.RUNNING and expires is None and not force:
-                # A foreground `hango run` holds no lease: it may still be executing.
-                raise StoreError(
-                    f"run {rid} is running, perhaps in another `hango run`; if that process "
-                    f"is gone (killed, machine lost), resume with: {again.command(rid, force=True)}"
-                )
+            # One executor per run: every executor holds a claim that it renews, so a run
+            # whose executor died is free once its claim lapses; --force never takes a live one.
+            record = await _unclaimed(store, record, wait=force)
             # The run continues on the model it started with, unless --model changes it.
             harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
             if decisions:

@@ -55,6 +55,7 @@ from hango.provider.errors import ModelError
 from hango.provider.messages import JSON, Message, StopReason, Usage
 from hango.provider.model import Model
 from hango.run.decide import Decided, decide_run
+from hango.run.step import StepBudget, StepResult, claimed, executor_name, run_lease_seconds
 from hango.store.base import (
     Lease,
     LeaseLost,
@@ -95,7 +96,9 @@ class Harness:
     ``tools`` replaces the tools named in agent files; ``settings`` are the ``HANGO_*``
     settings plugins read as defaults (default: the environment), and
     ``HANGO_TOOL_RESULT_MAX_CHARS`` (characters of a tool result kept in history, default
-    100,000; ``ConfigError`` if not a positive integer).
+    100,000; ``ConfigError`` if not a positive integer) and ``HANGO_RUN_LEASE_SECONDS`` (how
+    long the claim an execution holds on its run lasts unless renewed, default 15;
+    ``ConfigError`` if not positive).
 
     A run records what it started with (its stack, with each middleware's distribution and
     version, and its model spec); ``execute`` rebuilds exactly that, whichever process runs it.
@@ -126,6 +129,7 @@ class Harness:
         self.max_result_chars = int_setting(
             self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
         )
+        self.lease_seconds = run_lease_seconds(self.settings)
         self._custom_stack = stack
         self._plugins = plugins
         # Agents holding Python objects, by the id of a run started here: only this process
@@ -399,14 +403,103 @@ class Harness:
         A run that pauses for a decision ends ``suspended``: its pending actions are saved with
         its history and listed in ``RunFinished.pending``. A suspended run some of whose
         pending actions have no decision yet raises ``RunNotResumable``, writing nothing.
+
+        One executor per run: the run is held under a claim while it executes (``lease``, or
+        one taken here, ``hango.run.step``); a run another task, process or worker is executing
+        raises ``RunBusy`` (naming it and its holder) before anything runs or is written.
         """
+        finished, _ = await self._advance(
+            run_id, emit=emit, stop=stop, agent=agent, lease=lease, budget=StepBudget(None)
+        )
+        return finished
+
+    async def step(
+        self,
+        run_id: uuid.UUID,
+        *,
+        steps: int | None = 1,
+        lease: Lease | None = None,
+        stop: anyio.Event | None = None,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        agent: AgentDefinition | None = None,
+    ) -> StepResult:
+        """Advance the saved run ``run_id`` by ``steps`` steps (a model turn, or one tool call
+        of a batch; ``None``: to its end) and save: the execution seam (``hango.run.step``,
+        docs/explanation/execution-seam.md), which ``execute`` and the queue worker use too.
+
+        Idempotent: repeating a step (an engine's retry after a crash or a timeout) goes on
+        from the last save, never runs a call whose body returned again, and answers a
+        non-idempotent call whose outcome is unknown as such instead of running it. A run that
+        has completed, or waits for decisions, is reported as it stands (``steps`` 0), writing
+        nothing. Fenced: the run is held under a claim (``lease``, a worker's, or one taken
+        here); every save carries its token.
+
+        Returns a ``StepResult`` (``more``: another step advances it). Raises as ``execute``
+        does, except for the two cases above: ``RunBusy`` (another executor holds the run),
+        ``NotFound``, ``RunNotResumable`` (what the run needs is missing here), ``LeaseLost``,
+        ``StaleVersion``, ``StoreUnavailable``, ``ValueError`` for ``steps`` below 1.
+        """
+        budget = StepBudget(steps)
+        finished, settled = await self._advance(
+            run_id, emit=emit, stop=stop, agent=agent, lease=lease, budget=budget, settle=True
+        )
+        return StepResult.of(finished, 0 if settled else budget.taken)
+
+    async def _advance(
+        self,
+        run_id: uuid.UUID,
+        *,
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        agent: AgentDefinition | None,
+        lease: Lease | None,
+        budget: StepBudget,
+        settle: bool = False,
+    ) -> tuple[RunFinished, bool]:
+        """Execute ``run_id`` under its claim until ``budget`` runs out or the run ends; with
+        ``settle``, a completed run or one waiting for decisions is returned as it stands
+        (second value True) instead of raising ``RunNotResumable``."""
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
+            if settle:
+                return _finished(run, run.status, ()), True
             raise RunNotResumable(f"run {run_id} already completed")
-        # Not ``version > 0``: a worker's claim increments the version before the run has
-        # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
-        resumed = run.state != {}
         agent, placements = await self._continuable(run, agent)
+        async with claimed(
+            self.store,
+            self.tenant_id,
+            run_id,
+            lease=lease,
+            owner=lease.owner if lease is not None else executor_name(),
+            lease_seconds=self.lease_seconds,
+        ) as held:
+            # As the claim found it: another executor may have saved it since the read above.
+            run = await self.store.get_run(self.tenant_id, run_id)
+            if run.status is RunStatus.COMPLETED:
+                if settle:
+                    return _finished(run, run.status, ()), True
+                raise RunNotResumable(f"run {run_id} already completed")
+            return await self._pass(
+                run, agent, placements, held, emit=emit, stop=stop, budget=budget, settle=settle
+            )
+
+    async def _pass(
+        self,
+        run: RunRecord,
+        agent: AgentDefinition,
+        placements: list[Placement],
+        lease: Lease,
+        *,
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        budget: StepBudget,
+        settle: bool,
+    ) -> tuple[RunFinished, bool]:
+        """One pass over ``run``, held under ``lease``: load, loop, save at every boundary."""
+        run_id = run.id
+        # Not ``version > 0``: a claim increments the version before the run has executed.
+        # The first checkpoint always writes the state, so ``{}`` means "never ran".
+        resumed = run.state != {}
         saver = _Saver(self.store, run, lease)
         previous = None if resumed else await _previous_state(self.store, run)
         try:
@@ -416,9 +509,11 @@ class Harness:
             await saver.mark_failed(str(exc))
             finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
             await emit(finished)
-            return finished
+            return finished, False
         waiting = state.interrupts.waiting()
         if run.status is RunStatus.SUSPENDED and waiting:
+            if settle:
+                return _finished(run, run.status, waiting), True
             raise RunNotResumable(
                 f"run {run_id} is suspended, waiting for a decision on tool call(s) "
                 f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
@@ -474,6 +569,7 @@ class Harness:
                     emit=emit,
                     checkpoint=checkpoint,
                     stop=stop,
+                    step_done=budget,
                 )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
@@ -511,7 +607,7 @@ class Harness:
                 tuple(state.interrupts.waiting()) if suspended else (),
             )
             await emit(finished)
-            return finished
+            return finished, False
 
 
 class _Saver:
