@@ -78,11 +78,14 @@ class TemporalWorkers:
 
 def temporal_env(server: DevServer, database_url: str, tenant: uuid.UUID) -> dict[str, str]:
     """What the workers and the CLI of one test share: the server, a task queue of the test's
-    own (tests of a module share the server), the store, the tenant, a short heartbeat."""
+    own (tests of a module share the server), the store, the tenant, a short heartbeat and
+    claim."""
     return {
         "HANGO_TEMPORAL_ADDRESS": server.address,
         "HANGO_TEMPORAL_TASK_QUEUE": f"test-{uuid.uuid4().hex[:8]}",
         "HANGO_TEMPORAL_HEARTBEAT_SECONDS": "2",
+        # A killed worker's claim on its run lapses soon, so the retried step can take it.
+        "HANGO_RUN_LEASE_SECONDS": "3",
         "HANGO_DATABASE_URL": database_url,
         "HANGO_TENANT": str(tenant),
         "NO_COLOR": "1",

@@ -78,7 +78,7 @@ async def test_the_demo_agent_runs_end_to_end_on_temporal(
     a = await store.load_messages(tenant, on_temporal.session_id)
     b = await store.load_messages(tenant, in_terminal.session_id)
     assert len(a) == len(b) > 10
-    assert [m.text for m in a] == [m.text for m in b]
+    assert a[1:] == b[1:]  # every message and tool result, after the same prompt
     assert on_temporal.config["stack"] == in_terminal.config["stack"]  # recorded the same way
 
     shown = hango.run("runs", "show", str(run_id), "--json")
@@ -91,11 +91,10 @@ async def test_the_demo_agent_runs_end_to_end_on_temporal(
     )
     assert f"workflow_id hango-run-{run_id}" in hango.run("runs", "show", str(run_id)).stdout
 
-    # The workflow only sequenced steps: one activity per model turn, nothing else.
+    # The workflow only sequenced steps: one activity of the seam per model turn.
     client = await Client.connect(temporal_server.address)
     handle = client.get_workflow_handle(workflow_id(str(run_id)))
-    assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
-    result = await handle.result()
+    result = await handle.result()  # the workflow ends just after the run's last save
     assert result["status"] == "completed"
     scheduled = [
         e.activity_task_scheduled_event_attributes.activity_type.name
@@ -149,7 +148,11 @@ async def test_an_approval_waits_in_the_workflow_and_the_update_decides_it(
     await wait_status(store, tenant, run_id, RunStatus.COMPLETED)
     changelog = (tmp_path / "workspace" / "CHANGELOG.md").read_text()
     assert changelog.count("Tool calls can wait for a person's approval") == 1  # edited once
-    assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+
+    async def workflow_done() -> bool:  # the workflow ends just after the run's last save
+        return (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+
+    await until(workflow_done, within=30)
 
     # The workflow is over: a decision now says the run is done, in one line.
     late = hango.run("resume", str(run_id), "--approve", call)

@@ -1,8 +1,9 @@
 """The activities a run's workflow sequences: a step, decisions, a cancellation. Each opens
 nothing of its own: it calls the ``Harness`` of its tenant on the worker's store.
 
-``advance`` is the one place a step is executed: it calls hango's execution seam, so the
-Temporal worker and hango's own queue worker run a run the same way.
+``advance`` is the one place a step is executed: it calls hango's execution seam
+(``Harness.step``), so the Temporal worker and hango's own queue worker run a run the same
+way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from hango import (
     Decision,
     DecisionRefused,
     Harness,
-    RunFinished,
     RunNotResumable,
     RunStatus,
     RunStore,
@@ -33,16 +33,24 @@ _FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 ERROR_CHARS = 500
 
 
-async def advance(harness: Harness, run_id: uuid.UUID) -> RunFinished:
-    """Advance the saved run ``run_id`` by one step (a model turn and its tool batch) and save
-    it; returns how it stands (``queued``: more steps to go).
+async def advance(harness: Harness, run_id: uuid.UUID) -> StepReport:
+    """Advance the saved run ``run_id`` by one step through hango's execution seam,
+    ``Harness.step``: under a claim of its own (another executor holding the run is
+    ``RunBusy``, retried by Temporal until the claim lapses), fenced, and idempotent (a retried
+    step never re-runs a call whose body returned). A run that completed or waits for
+    decisions is reported as it stands.
 
-    The stop event is set before the step starts, so the run ends at its first turn boundary,
-    saved, and the next activity continues it from there.
+    A step here is a model turn with its whole tool batch: the seam is asked to stop at the
+    next turn boundary (``stop``, set before it starts). A step ending inside a batch
+    (``steps=1``) would leave calls unanswered that the next step's ``before_run`` (the repair
+    middleware) answers as interrupted; at a turn boundary every call has its result.
     """
-    stop = anyio.Event()
-    stop.set()
-    return await harness.execute(run_id, stop=stop)
+    boundary = anyio.Event()
+    boundary.set()
+    done = await harness.step(run_id, steps=None, stop=boundary)
+    # ``queued`` is the seam's "stopped at a boundary, whole": the workflow's next step goes on.
+    status = RunStatus.RUNNING if done.status is RunStatus.QUEUED else done.status
+    return StepReport(status.value, waiting=list(done.pending), error=_clip(done.error))
 
 
 @contextlib.asynccontextmanager
@@ -86,19 +94,12 @@ class Activities:
         harness = self.harness(run.tenant_id)
         run_id = uuid.UUID(run.run_id)
         record = await harness.store.get_run(harness.tenant_id, run_id)
-        if record.status in _FINISHED:
-            # A retry of a step whose result never reached the server: it is done already.
+        if record.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            # A retry of the step that ended the run, whose report never reached the server:
+            # report the end, do not resume the run.
             return StepReport(record.status.value, error=_clip(record.error))
         async with heartbeating(run.heartbeat_seconds / 3):
-            finished = await advance(harness, run_id)
-        status = finished.status
-        if status is RunStatus.QUEUED:
-            return StepReport(RunStatus.RUNNING.value)
-        return StepReport(
-            status.value,
-            waiting=[p.tool_call_id for p in finished.pending],
-            error=_clip(finished.error),
-        )
+            return await advance(harness, run_id)
 
     @activity.defn(name="hango.decide")
     async def decide(self, request: DecideRequest) -> DecideReport:
