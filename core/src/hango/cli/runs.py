@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -41,9 +42,8 @@ from hango.config import (
 )
 from hango.convert import message_to_json
 from hango.plugins import make_plugin_manager
-from hango.provider.messages import Message
 from hango.run.engine import OWN_ENGINE, engine_named, engine_of
-from hango.store import RunStore, open_store
+from hango.store import RunStore, StoreError, open_store
 from hango.store.base import RunRecord
 
 
@@ -74,20 +74,30 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
 
 
 async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
+    """Agent id -> name; ``?`` for an agent row that does not read (one bad row never hides
+    the other runs)."""
     tenant = Config.from_env().tenant_id
-    return {a: (await store.get_agent(tenant, a)).name for a in {r.agent_id for r in records}}
+    names = {}
+    for agent_id in {r.agent_id for r in records}:
+        try:
+            names[agent_id] = (await store.get_agent(tenant, agent_id)).name
+        except StoreError:
+            names[agent_id] = "?"
+    return names
 
 
 async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
-    """Each run's own user message (the one it was started with)."""
+    """Each run's own user message (the one it was started with): that one message is read,
+    never the session's history (which may hold megabytes of tool results)."""
     tenant = Config.from_env().tenant_id
-    histories: dict[uuid.UUID, list[Message]] = {}
     out = {}
     for r in records:
-        if r.session_id not in histories:
-            histories[r.session_id] = await store.load_messages(tenant, r.session_id)
-        history = histories[r.session_id]
-        out[r.id] = history[r.message_start].text if r.message_start < len(history) else ""
+        try:
+            message = await store.load_message(tenant, r.session_id, r.message_start)
+        except StoreError as exc:
+            out[r.id] = f"({exc})"
+            continue
+        out[r.id] = message.text if message is not None else ""
     return out
 
 
@@ -95,9 +105,63 @@ async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.U
 #: digits: one pair in a million among 100 runs), and what `runs show` and `resume` take.
 SHORT_ID = 8
 
+#: Width of the started column (local time, minutes) and of the longest status word.
+_STARTED = len("2026-01-01 00:00")
+_STATUS = max(len("unreadable"), *(len(s.value) for s in RunStatus))
+_AGENT = 16
+
+
+#: The status shown for a run whose row does not decode (its prompt column says why).
+UNREADABLE = "unreadable"
+
+
+def _shown(r: RunRecord, prompts: dict[uuid.UUID, str]) -> tuple[str, str]:
+    """The status and prompt columns of ``r``: for a row that does not decode, ``unreadable``
+    and what is wrong with it."""
+    if r.problem is not None:
+        return UNREADABLE, r.problem
+    return r.status.value, prompts[r.id]
+
+
+def _print_table(
+    records: Sequence[RunRecord], names: dict[uuid.UUID, str], prompts: dict[uuid.UUID, str]
+) -> None:
+    """The terminal table. Every column but the prompt has a fixed width (ids as their unique
+    8-character prefixes, status words whole), so at 80 columns only the prompt gives way."""
+    prefix = SHORT_ID
+    ids = [str(r.id) for r in records] + [str(r.session_id) for r in records]
+    while len({i[:prefix] for i in ids}) < len(set(ids)):
+        prefix += 1  # a shared 8-character prefix among those shown: show more
+    agent = min(_AGENT, max(len("agent"), *(len(names[r.agent_id]) for r in records)))
+    fixed = prefix + agent + prefix + _STARTED + _STATUS + 2 * 5  # two spaces between columns
+    prompt_width = max(len("prompt"), console.width - fixed)
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), expand=False)
+    for name, width in (("run", prefix), ("agent", agent), ("session", prefix),
+                        ("started", _STARTED), ("status", _STATUS)):  # fmt: skip
+        table.add_column(name, no_wrap=True, width=width, overflow="ellipsis")
+    table.add_column("prompt", no_wrap=True, width=prompt_width, overflow="ellipsis")
+    for r in records:
+        status, prompt = _shown(r, prompts)
+        style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(status, "red")
+        table.add_row(
+            str(r.id)[:prefix],
+            names[r.agent_id],
+            str(r.session_id)[:prefix],
+            r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
+            Text(status, style=style),
+            clip_line(prompt, prompt_width),
+        )
+    console.print(table, crop=True)
+
 
 @runs.command("list")
-@click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many runs, newest first.",
+)
 @db_option
 @json_option
 def runs_list(limit: int, db: str | None, as_json: bool) -> None:
@@ -113,7 +177,8 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
             await store.aclose()
         if as_json:
             rows = [
-                _run_json(r) | {"agent": names[r.agent_id], "prompt": prompts[r.id]}
+                _run_json(r)
+                | {"agent": names[r.agent_id], "prompt": prompts[r.id], "problem": r.problem}
                 for r in records
             ]
             console.print_json(json.dumps(rows))
@@ -121,26 +186,16 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
         if not records:
             console.print("no runs yet: start one with `hango run --agent FILE MESSAGE`")
             return
-        table = Table(box=None, pad_edge=False)
-        table.add_column("run", no_wrap=True)
-        table.add_column("agent", no_wrap=True, max_width=16, overflow="ellipsis")
-        table.add_column("session", no_wrap=True)
-        table.add_column("started", no_wrap=True)
-        table.add_column("status", no_wrap=True)
-        table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
-        for r in records:
-            style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
-                r.status.value, ""
-            )
-            table.add_row(
-                str(r.id)[:SHORT_ID],
-                names[r.agent_id],
-                str(r.session_id)[:SHORT_ID],
-                r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
-                Text(r.status.value, style=style),
-                clip_line(prompts[r.id], 60),
-            )
-        console.print(table)
+        if console.is_terminal:
+            _print_table(records, names, prompts)
+        else:
+            # Piped: plain, complete, one run per line, tab-separated (full ids, whole prompt
+            # line), for grep, cut and awk; --json for anything more.
+            for r in records:
+                status, prompt = _shown(r, prompts)
+                row = (str(r.id), names[r.agent_id], str(r.session_id), r.created_at.isoformat(),
+                       status, clip_line(prompt, 10**6))  # fmt: skip
+                sys.stdout.write("\t".join(row) + "\n")
 
     run_async(main_)
 
@@ -226,11 +281,18 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
             elif kind == "tool_result":
                 for line in tool_result_lines(block.content, block.is_error):
                     console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
-    if isinstance(record.state, dict) and record.state:
-        try:
-            todos = load_state(record.state).todos
-        except StateError as exc:
-            console.print(f"state: {exc}", markup=False, style="red")
-            return
-        if todos:
-            console.print(checklist(todos))
+    if record.state == {}:
+        return
+    try:
+        todos = load_state(record.state).todos
+    except StateError as exc:
+        console.print(f"state: {exc}", markup=False, style="red", soft_wrap=True)
+        if record.status is RunStatus.SUSPENDED:
+            console.print(
+                "its pending tool calls cannot be read until the state is repaired",
+                markup=False,
+                style="red",
+            )
+        return
+    if todos:
+        console.print(checklist(todos))
