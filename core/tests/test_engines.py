@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from hango import ConfigError, Decision, Delivered, Engine, Harness
+from hango import (
+    AgentDefinition,
+    ConfigError,
+    Decision,
+    Delivered,
+    Engine,
+    Harness,
+    RunStatus,
+    RunStore,
+)
 from hango.middleware import hookimpl
 from hango.plugins import make_plugin_manager
 from hango.run.engine import OWN_ENGINE, engine_named, engine_of, installed_engines
@@ -92,3 +101,22 @@ def test_a_hook_returning_something_else_is_refused_naming_the_plugin() -> None:
 def test_a_run_records_its_engine() -> None:
     assert engine_of({}) == OWN_ENGINE
     assert engine_of({"engine": "temporal"}) == "temporal"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # psycopg
+async def test_the_own_queue_never_claims_a_run_recorded_for_another_engine(
+    store: RunStore, tenant: uuid.UUID
+) -> None:
+    harness = Harness(store, tenant_id=tenant, settings={})
+    agent = AgentDefinition(name="e", model="scripted:none.toml")
+    theirs = await harness.start(agent, "for the engine", engine="temporal")
+    assert (theirs.status, theirs.config["engine"]) == (RunStatus.RUNNING, "temporal")
+    # Between two of the engine's steps the run is saved whole and unheld, as a queued run is.
+    await store.save_run(
+        tenant, theirs.id, version=theirs.version, status=RunStatus.QUEUED, state=None
+    )
+    assert await store.claim_run(tenant, "own-worker", lease_seconds=5) is None
+    ours = await harness.start(agent, "for the queue", status=RunStatus.QUEUED)
+    lease = await store.claim_run(tenant, "own-worker", lease_seconds=5)
+    assert lease is not None and lease.run_id == ours.id
