@@ -258,3 +258,29 @@ async def test_a_bad_setting_is_one_line_naming_the_variable(
     assert done.stderr.strip().splitlines() == [
         "error: HANGO_TEMPORAL_HEARTBEAT_SECONDS must be a number, got 'soon'"
     ]
+
+
+async def test_a_wait_past_the_decision_timeout_gets_the_configured_decision(
+    tmp_path: Path,
+    env: dict[str, str],
+    workers: TemporalWorkers,
+    store: RunStore,
+    tenant: uuid.UUID,
+) -> None:
+    env["APPROVAL_DEMO_WORKSPACE"] = str(tmp_path / "workspace")
+    workers.env["APPROVAL_DEMO_WORKSPACE"] = env["APPROVAL_DEMO_WORKSPACE"]
+    env["HANGO_TEMPORAL_DECISION_SECONDS"] = "3"  # read by submit, carried by the workflow
+    hango = cli(tmp_path, env)
+    await workers.ready(workers.start("--task-queue", env["HANGO_TEMPORAL_TASK_QUEUE"]))
+    run_id = submitted(
+        hango.run("submit", "--engine", "temporal", "--agent", str(APPROVAL), "Add it.", "--json")
+    )
+    await wait_status(store, tenant, run_id, RunStatus.SUSPENDED)
+    await wait_status(store, tenant, run_id, RunStatus.COMPLETED)
+    run = await store.get_run(tenant, run_id)
+    history = await store.load_messages(tenant, run.session_id)
+    (edit,) = [u for m in history for u in m.tool_uses if u.name == "edit_file"]
+    (result,) = [r for m in history for r in m.tool_results if r.tool_use_id == edit.id]
+    assert result.is_error and "no decision within 3 s" in str(result.content)
+    changelog = (tmp_path / "workspace" / "CHANGELOG.md").read_text()
+    assert "Tool calls can wait for a person's approval" not in changelog  # rejected: not run

@@ -61,7 +61,13 @@ class TemporalEngine:
         return self._clients[settings], settings
 
     def _ref(self, harness: Harness, run_id: uuid.UUID, settings: TemporalSettings) -> RunRef:
-        return RunRef(str(run_id), str(harness.tenant_id), settings.heartbeat_seconds)
+        return RunRef(
+            str(run_id),
+            str(harness.tenant_id),
+            settings.heartbeat_seconds,
+            settings.decision_seconds,
+            settings.timeout_decision,
+        )
 
     async def submit(self, harness: Harness, run_id: uuid.UUID) -> None:
         client, settings = await self._client(harness)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from attrs import frozen
 
-from hango.middleware import ConfigError, float_setting
+from hango.middleware import ConfigError, duration_setting, float_setting
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -18,12 +18,17 @@ class TemporalSettings:
     ``127.0.0.1:7233``); ``namespace`` (``HANGO_TEMPORAL_NAMESPACE``, default ``default``);
     ``task_queue`` runs are started on (``HANGO_TEMPORAL_TASK_QUEUE``, default ``hango``);
     ``heartbeat_seconds``: how long a step's worker may go silent before the step is retried
-    on another worker (``HANGO_TEMPORAL_HEARTBEAT_SECONDS``, default 10)."""
+    on another worker (``HANGO_TEMPORAL_HEARTBEAT_SECONDS``, default 10);
+    ``decision_seconds``: how long a suspended run waits for a person before each waiting call
+    gets ``timeout_decision`` (``HANGO_TEMPORAL_DECISION_SECONDS``, default: for ever;
+    ``HANGO_TEMPORAL_TIMEOUT_DECISION``, ``reject`` (default) or ``approve``)."""
 
     address: str = DEFAULT_ADDRESS
     namespace: str = "default"
     task_queue: str = "hango"
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    decision_seconds: float | None = None
+    timeout_decision: str = "reject"
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> TemporalSettings:
@@ -47,4 +52,17 @@ class TemporalSettings:
         heartbeat = float_setting(
             settings, "HANGO_TEMPORAL_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS, minimum=0.5
         )
-        return cls(heartbeat_seconds=heartbeat, **values)
+        decision = duration_setting(
+            settings, "HANGO_TEMPORAL_DECISION_SECONDS", None, positive=True
+        )
+        on_timeout = settings.get("HANGO_TEMPORAL_TIMEOUT_DECISION") or "reject"
+        if on_timeout not in ("reject", "approve"):
+            raise ConfigError(
+                f"HANGO_TEMPORAL_TIMEOUT_DECISION must be reject or approve, got {on_timeout!r}"
+            )
+        return cls(
+            heartbeat_seconds=heartbeat,
+            decision_seconds=decision,
+            timeout_decision=on_timeout,
+            **values,
+        )

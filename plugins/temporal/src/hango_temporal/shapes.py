@@ -26,11 +26,15 @@ def workflow_id(run_id: str) -> str:
 @dataclass
 class RunRef:
     """A run, by id, with the activity heartbeat it is executed under (seconds: a worker that
-    stops heartbeating for that long is taken for dead and its step is retried elsewhere)."""
+    stops heartbeating for that long is taken for dead and its step is retried elsewhere) and
+    how long a suspended run waits for a person (``decision_seconds``; None: for ever) before
+    each waiting call gets ``timeout_decision`` (``reject`` or ``approve``)."""
 
     run_id: str
     tenant_id: str
     heartbeat_seconds: float = 10.0
+    decision_seconds: float | None = None
+    timeout_decision: str = "reject"
 
 
 @dataclass

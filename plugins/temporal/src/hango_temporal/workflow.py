@@ -4,7 +4,8 @@ Every step (a model turn with its tool batch) runs in the activity ``hango.step`
 hango's one execution seam; so no middleware, tool or provider runs in workflow code and none
 of them needs to be deterministic. The workflow's own state is the run's status as the last
 step reported it; history and state live in hango's store. A suspended run's workflow waits,
-holding no worker slot, for the update ``hango.decide``; cancelling the workflow cancels the
+holding no worker slot, for the update ``hango.decide`` (or, with a decision timeout, until a
+durable timer gives each waiting call the configured decision); cancelling the workflow cancels the
 step in progress (which saves the run as cancelled) and records the run as cancelled.
 """
 
@@ -71,7 +72,7 @@ class RunWorkflow:
                     return report
                 if report.status == "suspended":
                     self._waiting = list(report.waiting)
-                    await workflow.wait_condition(lambda: not self._waiting)
+                    await self._wait_for_decisions(run)
         except asyncio.CancelledError:
             # Still allowed after a cancel request: record it, then end as cancelled.
             await workflow.execute_activity(
@@ -81,6 +82,35 @@ class RunWorkflow:
                 retry_policy=BOOKKEEPING_RETRY,
             )
             raise
+
+    async def _wait_for_decisions(self, run: RunRef) -> None:
+        """Until no call waits; past ``run.decision_seconds`` (a durable timer) each waiting
+        call gets the run's timeout decision, recorded like a person's."""
+        timeout = None if run.decision_seconds is None else timedelta(seconds=run.decision_seconds)
+        try:
+            await workflow.wait_condition(lambda: not self._waiting, timeout=timeout)
+        except TimeoutError:
+            message = f"no decision within {run.decision_seconds:g} s"
+            decisions = {
+                call: {"type": run.timeout_decision, "message": message}
+                if run.timeout_decision == "reject"
+                else {"type": run.timeout_decision}
+                for call in self._waiting
+            }
+            try:
+                report: DecideReport = await workflow.execute_activity(
+                    "hango.decide",
+                    DecideRequest(run, decisions),
+                    result_type=DecideReport,
+                    start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                    retry_policy=BOOKKEEPING_RETRY,
+                )
+            except ActivityError:
+                # A person's decision came first (this one was refused): theirs stands.
+                pass
+            else:
+                self._waiting = list(report.waiting)
+            await workflow.wait_condition(lambda: not self._waiting)
 
     @workflow.update(name=DECIDE_UPDATE)
     async def decide(self, request: DecideRequest) -> DecideReport:
