@@ -38,6 +38,7 @@ from hango.provider import (
     ModelError,
     ModelResponse,
     ModelSpecError,
+    OutputSpec,
     ProviderRetry,
     Request,
     ScriptedModel,
@@ -54,8 +55,16 @@ from hango.provider import (
     Usage,
     model_from_spec,
 )
-from hango.run import Decided, Delivered, Engine, EngineError, Harness, RunNotResumable
-from hango.store import RunStore, StoreError, open_store
+from hango.run import (
+    Decided,
+    Delivered,
+    Engine,
+    EngineError,
+    Harness,
+    RunNotResumable,
+    StepResult,
+)
+from hango.store import RunBusy, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -87,10 +96,12 @@ __all__ = [
     "ModelError",
     "ModelResponse",
     "ModelSpecError",
+    "OutputSpec",
     "PendingAction",
     "PluginError",
     "ProviderRetry",
     "Request",
+    "RunBusy",
     "RunFinished",
     "RunNotResumable",
     "RunStarted",
@@ -100,6 +111,7 @@ __all__ = [
     "ScriptedModel",
     "ServerBlock",
     "StateError",
+    "StepResult",
     "StopReason",
     "StoreError",
     "TextBlock",

@@ -16,6 +16,8 @@ listed, with one line, in docs/reference/api.md.
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
   ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
+- Structured output: ``proposed_output`` (what a response offers as the run's output),
+  ``reject_output`` (an output validator's refusal, with the reason), ``FINAL_ANSWER``.
 - Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
   ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
@@ -48,6 +50,7 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
+from hango.agent.output import FINAL_ANSWER, proposed_output, reject_output
 from hango.agent.state import (
     STATE_SCOPES,
     State,
@@ -78,6 +81,7 @@ from hango.telemetry import (
 __all__ = [
     "DECISIONS",
     "ERROR_TYPE",
+    "FINAL_ANSWER",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
     "REQUEST_MODEL",
@@ -117,8 +121,10 @@ __all__ = [
     "hookimpl",
     "int_setting",
     "load_private",
+    "proposed_output",
     "provider_name",
     "record",
+    "reject_output",
     "replace_lone_surrogates",
     "storable_result",
     "store_private",

@@ -91,7 +91,8 @@ async def test_the_demo_agent_runs_end_to_end_on_temporal(
     )
     assert f"workflow_id hango-run-{run_id}" in hango.run("runs", "show", str(run_id)).stdout
 
-    # The workflow only sequenced steps: one activity of the seam per model turn.
+    # The workflow only sequenced steps: one activity of the seam per model turn and per tool
+    # call; the last model turn's step reports the end.
     client = await Client.connect(temporal_server.address)
     handle = client.get_workflow_handle(workflow_id(str(run_id)))
     result = await handle.result()  # the workflow ends just after the run's last save
@@ -101,8 +102,8 @@ async def test_the_demo_agent_runs_end_to_end_on_temporal(
         async for e in handle.fetch_history_events()
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
-    turns = sum(1 for m in a if m.role == "assistant")
-    assert scheduled == ["hango.step"] * turns
+    steps = sum(1 + len(m.tool_uses) for m in a if m.role == "assistant")
+    assert scheduled == ["hango.step"] * steps, (len(scheduled), steps)
 
 
 async def test_an_approval_waits_in_the_workflow_and_the_update_decides_it(

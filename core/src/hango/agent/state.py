@@ -59,7 +59,9 @@ class State:
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
     across resumes. ``interrupts`` holds the run's pending actions, decisions and started
     calls (``hango.agent.interrupts``). ``scratch`` is per-batch working data: the loop clears it
-    after every tool batch and it is never persisted.
+    after every tool batch and it is never persisted. ``output`` is the run's validated
+    structured output (a JSON object; None until one is taken) and ``output_failures`` how
+    many invalid ones the model gave, so a resumed run keeps its ``output_retries`` budget.
     """
 
     run_id: uuid.UUID
@@ -72,6 +74,8 @@ class State:
     usage: Usage = field(factory=Usage)
     interrupts: InterruptBook = field(factory=InterruptBook)
     scratch: dict[str, Any] = field(factory=dict)
+    output: JSON = None
+    output_failures: int = 0
 
 
 class StateError(Exception):
@@ -178,6 +182,9 @@ def dump_state(state: State) -> dict[str, JSON]:
         "private": private,
         "usage": CONVERTER.unstructure(state.usage),
         "interrupts": CONVERTER.unstructure(state.interrupts),
+        # Absent until a run has an output: documents of runs without one stay as they were.
+        **({} if state.output is None else {"output": state.output}),
+        **({} if not state.output_failures else {"output_failures": state.output_failures}),
     }
 
 
@@ -200,6 +207,8 @@ class _Document:
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
     interrupts: InterruptBook = field(factory=InterruptBook)
+    output: Any = None
+    output_failures: int = 0
 
 
 def load_state(doc: JSON) -> State:
@@ -243,6 +252,8 @@ def load_state(doc: JSON) -> State:
         private=dict(parsed.private),
         usage=parsed.usage,
         interrupts=parsed.interrupts,
+        output=parsed.output,
+        output_failures=parsed.output_failures,
     )
 
 

@@ -70,6 +70,8 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
         # What executes it: "hango" (the own queue, or a terminal) or an installed engine.
         "engine": engine_of(r.config),
+        # The validated structured output, once the run has one (agents with output_schema).
+        "output": r.state.get("output") if isinstance(r.state, dict) else None,
     }
 
 

@@ -192,7 +192,8 @@ class Harness:
                 **({"engine": engine} if engine is not None else {}),
             },
         )
-        if not agent.portable:
+        if not agent.portable or agent.output_type is not None:
+            # Only this process can continue it, or return its output as the agent's type.
             self._live[run.id] = agent
         return run
 
@@ -464,6 +465,8 @@ class Harness:
             if settle:
                 return _finished(run, run.status, ()), True
             raise RunNotResumable(f"run {run_id} already completed")
+        if settle and (waiting := _waiting(run)):
+            return _finished(run, run.status, waiting), True
         agent, placements = await self._continuable(run, agent)
         async with claimed(
             self.store,
@@ -565,6 +568,16 @@ class Harness:
                         parallel_tool_calls=agent.parallel_tool_calls,
                         server_tools=agent.server_tools,
                         max_result_chars=self.max_result_chars,
+                        output_schema=agent.output_json_schema,
+                        output_strategy=agent.output_strategy,
+                        output_type=agent.output_type,
+                        output_retries=agent.output_retries,
+                        # A step is one tool call: a pass of limited steps runs its batch
+                        # one call at a time (docs/explanation/execution-seam.md).
+                        max_tool_concurrency=(
+                            agent.max_tool_concurrency if budget.limit is None else 1
+                        ),
+                        sequential_tools=agent.sequential_tools,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
@@ -605,6 +618,7 @@ class Harness:
                 outcome.error,
                 state.usage,
                 tuple(state.interrupts.waiting()) if suspended else (),
+                output=outcome.output if outcome.status is RunStatus.COMPLETED else None,
             )
             await emit(finished)
             return finished, False
@@ -722,8 +736,26 @@ def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
 
 def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
     """How a run stands, from its record (for a resume that executed nothing)."""
-    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
-    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+    saved = load_state(run.state) if isinstance(run.state, dict) and run.state else None
+    usage = saved.usage if saved is not None else Usage()
+    output = saved.output if saved is not None and status is RunStatus.COMPLETED else None
+    return RunFinished(
+        run.id, status, run.stop_reason, run.error, usage, tuple(pending), output=output
+    )
+
+
+def _waiting(run: RunRecord) -> list[PendingAction]:
+    """The pending actions a suspended run waits for, from its record (none: it is not
+    suspended, or its state does not load, which the pass itself reports)."""
+    if run.status is not RunStatus.SUSPENDED or not isinstance(run.state, dict):
+        return []
+    try:
+        state = load_run_state(
+            run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+        )
+    except StateError:
+        return []
+    return state.interrupts.waiting()
 
 
 def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:

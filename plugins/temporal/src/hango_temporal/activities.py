@@ -13,7 +13,6 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 
-import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -34,23 +33,13 @@ ERROR_CHARS = 500
 
 
 async def advance(harness: Harness, run_id: uuid.UUID) -> StepReport:
-    """Advance the saved run ``run_id`` by one step through hango's execution seam,
-    ``Harness.step``: under a claim of its own (another executor holding the run is
-    ``RunBusy``, retried by Temporal until the claim lapses), fenced, and idempotent (a retried
-    step never re-runs a call whose body returned). A run that completed or waits for
-    decisions is reported as it stands.
-
-    A step here is a model turn with its whole tool batch: the seam is asked to stop at the
-    next turn boundary (``stop``, set before it starts). A step ending inside a batch
-    (``steps=1``) would leave calls unanswered that the next step's ``before_run`` (the repair
-    middleware) answers as interrupted; at a turn boundary every call has its result.
-    """
-    boundary = anyio.Event()
-    boundary.set()
-    done = await harness.step(run_id, steps=None, stop=boundary)
-    # ``queued`` is the seam's "stopped at a boundary, whole": the workflow's next step goes on.
-    status = RunStatus.RUNNING if done.status is RunStatus.QUEUED else done.status
-    return StepReport(status.value, waiting=list(done.pending), error=_clip(done.error))
+    """Advance the saved run ``run_id`` by one step (a model turn, or one tool call of a batch)
+    through hango's execution seam, ``Harness.step``: under a claim of its own (another
+    executor holding the run is ``RunBusy``, retried by Temporal until the claim lapses),
+    fenced, and idempotent (a retried step never re-runs a call whose body returned). A run
+    that completed or waits for decisions is reported as it stands."""
+    done = await harness.step(run_id, steps=1)
+    return StepReport(done.status.value, waiting=list(done.pending), error=_clip(done.error))
 
 
 @contextlib.asynccontextmanager

@@ -181,7 +181,9 @@ class InterruptBook:
     ``pending``: the questions of the current interrupt cycle, answered or not. ``started``:
     tool call id -> ``StartedCall`` for calls that started and have no saved result yet.
     ``ran``: tool call id -> ``RanCall`` for calls whose body returned and whose result block
-    is not saved yet. ``decided``: answered questions whose cycle is over or whose call ran,
+    is not saved yet. ``stepped``: the last pass ended at a step boundary inside a tool batch
+    (``hango.run.step``), so the batch's unanswered calls are the next step's, not dangling
+    history. ``decided``: answered questions whose cycle is over or whose call ran,
     oldest first (the run's record of human decisions).
     """
 
@@ -189,6 +191,7 @@ class InterruptBook:
     started: dict[str, StartedCall] = field(factory=dict)
     decided: list[PendingAction] = field(factory=list)
     ran: dict[str, RanCall] = field(factory=dict)
+    stepped: bool = False
 
     def waiting(self) -> list[PendingAction]:
         """The pending actions without a decision: what the run waits for."""
