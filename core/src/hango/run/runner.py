@@ -29,7 +29,7 @@ from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.interrupts.records import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
-from hango.agent.middleware import Middleware
+from hango.agent.middleware import Middleware, ToolChecker
 from hango.agent.stack import IN_PROCESS, Placement, in_process
 from hango.agent.state import (
     State,
@@ -327,11 +327,33 @@ class Harness:
         ``RunNotResumable`` when this process cannot continue the run (``execute``'s reasons;
         ``agent`` as there), writing nothing.
         """
+        run = await self.store.get_run(self.tenant_id, run_id)
         if not queue:
             # Else the run would be left ``running`` with nobody to run it.
-            await self._continuable(await self.store.get_run(self.tenant_id, run_id), agent)
+            await self._continuable(run, agent)
+
+        tools = None  # for checking an edit: imported only when there is one
+        if any(d.type == "edit" for d in decisions.values()):
+            tools = await self._tools_of(run, agent)
         ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
-        return await decide_run(self.store, self.tenant_id, run_id, decisions, ready=ready)
+        return await decide_run(
+            self.store, self.tenant_id, run_id, decisions, ready=ready, tools=tools
+        )
+
+    async def _tools_of(self, run: RunRecord, agent: AgentDefinition | None) -> ToolRegistry | None:
+        """The agent's own tools for ``run``; None when this process cannot have them (an
+        agent of Python objects it does not hold)."""
+        if self.tools is not None:
+            return self.tools
+        definition = agent or self._live.get(run.id)
+        if definition is None:
+            record = await self.store.get_agent(self.tenant_id, run.agent_id)
+            definition = AgentDefinition.from_json(
+                record.definition, source=f"agent {run.agent_id}"
+            )
+            if not definition.portable:
+                return None
+        return definition.load_tools()
 
     async def resume(
         self,
@@ -697,7 +719,8 @@ class _Saver:
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
     """Tool names are unique across the agent and its plugins (``AgentFileError`` otherwise,
-    before the run is recorded); an allowlisted name that no tool answers to is an
+    before the run is recorded); every ``ToolChecker`` middleware checks the tool names its
+    options give (``ConfigError``); an allowlisted name that no tool answers to is an
     ``AllowlistWarning`` (a typo, or a plugin that is not installed: the agent still runs,
     without that tool)."""
     probe = State(DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT)
@@ -709,6 +732,9 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
                 "the agent's tools; rename the agent's"
             )
         names.append(t.spec.name)
+    for mw in chain.middlewares:
+        if isinstance(mw, ToolChecker):
+            mw.check_tools(frozenset(names))
     unknown = sorted(set(agent.tool_allowlist or ()) - set(names))
     if unknown:
         warnings.warn(
