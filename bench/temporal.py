@@ -263,7 +263,7 @@ async def main_(args: argparse.Namespace) -> None:
                 "HANGO_TENANT": str(tenant),
                 "HANGO_TEMPORAL_TASK_QUEUE": "bench-processes",
             }
-            for workers in (1, 2, 4):
+            for workers in args.workers:
                 own_cmd = ["worker --concurrency 10"] * workers
                 tmp_cmd = [
                     "temporal worker --task-queue bench-processes --concurrency 10"
