@@ -297,3 +297,27 @@ async def test_step_reports_a_run_waiting_for_a_decision_as_it_stands(
     assert again == StepResult(run.id, RunStatus.SUSPENDED, 0, None, (call_id,))
     assert await store.get_run(tenant, run.id) == before  # nothing written
     assert box.count("charge") == (0, 0)
+
+
+async def test_a_run_a_worker_holds_is_refused_and_a_worker_never_takes_one_executing_here(
+    store: RunStore, tenant: uuid.UUID
+) -> None:
+    h = harness(store, tenant, turns(("slow", "a")), repair=False)
+    queued = await h.start(AGENT, "go", status=RunStatus.QUEUED)
+    lease = await store.claim_run(tenant, "worker-1", lease_seconds=30)
+    assert lease is not None and lease.run_id == queued.id
+    with pytest.raises(RunBusy, match="worker-1"):
+        await h.execute(queued.id)
+    assert box.count("slow") == (0, 0)
+    assert await store.release_run(lease)  # handed back: queued again
+
+    # Executed here (hango resume of a submitted run): no worker claims it meanwhile.
+    hold = box.hold("slow")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.execute, queued.id)
+        with anyio.fail_after(10):
+            await hold.entered.wait()
+        assert await store.claim_run(tenant, "worker-2", lease_seconds=30) is None
+        hold.release()
+    assert (await store.get_run(tenant, queued.id)).status is RunStatus.COMPLETED
+    assert box.count("slow") == (1, 1)
