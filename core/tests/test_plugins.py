@@ -139,13 +139,19 @@ def test_every_hook_is_documented() -> None:
     from hango import hookspecs
 
     hooks = [n for n in dir(hookspecs) if n.startswith("hango_")]
-    assert hooks == ["hango_cli_commands", "hango_middleware", "hango_options_schema"]
+    assert hooks == [
+        "hango_cli_commands",
+        "hango_engines",
+        "hango_middleware",
+        "hango_options_schema",
+    ]
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert doc.startswith("Return")
     assert ":param config:" in (hookspecs.hango_middleware.__doc__ or "")
     assert "Example::" in (hookspecs.hango_options_schema.__doc__ or "")
     assert "Example::" in (hookspecs.hango_cli_commands.__doc__ or "")
+    assert "Example::" in (hookspecs.hango_engines.__doc__ or "")
     assert hookspecs.__doc__ and "hookimpl" in hookspecs.__doc__
 
 

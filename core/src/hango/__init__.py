@@ -28,7 +28,7 @@ from hango.agent.events import (
 from hango.agent.interrupts.decide import DecisionRefused
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError
-from hango.config import ConfigError
+from hango.config import Config, ConfigError
 from hango.plugins import PluginError
 from hango.provider import (
     JSON,
@@ -55,8 +55,16 @@ from hango.provider import (
     Usage,
     model_from_spec,
 )
-from hango.run import Decided, Harness, RunNotResumable, StepResult
-from hango.store import RunBusy, RunStore, StoreError, open_store
+from hango.run import (
+    Decided,
+    Delivered,
+    Engine,
+    EngineError,
+    Harness,
+    RunNotResumable,
+    StepResult,
+)
+from hango.store import RunBusy, RunSave, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -70,10 +78,14 @@ __all__ = [
     "AgentFileError",
     "AttemptDiscarded",
     "Block",
+    "Config",
     "ConfigError",
     "Decided",
     "Decision",
     "DecisionRefused",
+    "Delivered",
+    "Engine",
+    "EngineError",
     "Event",
     "Harness",
     "InterruptRaised",
@@ -92,6 +104,7 @@ __all__ = [
     "RunBusy",
     "RunFinished",
     "RunNotResumable",
+    "RunSave",
     "RunStarted",
     "RunStatus",
     "RunStore",

@@ -204,10 +204,13 @@ class Harness:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        engine: str | None = None,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
-        for a worker.
+        for a worker; ``engine`` names the engine that will execute it (``hango.run.engine``:
+        recorded as ``config["engine"]``; the run stays ``running`` with no lease, so the own
+        queue's workers never take it) and, like a queued run, needs a portable agent.
 
         Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
         ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
@@ -216,7 +219,7 @@ class Harness:
         """
         plan = self.planner.new(agent)
         _check_tools(agent, plan.tools, plan.chain)
-        if status is RunStatus.QUEUED and not agent.portable:
+        if (status is RunStatus.QUEUED or engine is not None) and not agent.portable:
             # A worker rebuilds the agent from its stored JSON, which cannot hold the objects.
             # (Middleware objects given to the Harness are fine: only workers whose Harness
             # has middleware of those names claim the run.)
@@ -233,8 +236,12 @@ class Harness:
             Message.user(message),
             session_id=session_id,
             status=status,
-            # Started for workers: a decision puts it back on the queue (hango resume).
-            config={**plan.record(), "queued": status is RunStatus.QUEUED},
+            config={
+                **plan.record(),
+                # Started for workers: a decision puts it back on the queue (hango resume).
+                "queued": status is RunStatus.QUEUED,
+                **({"engine": engine} if engine is not None else {}),
+            },
         )
         if not agent.portable:
             self._live[run.id] = agent

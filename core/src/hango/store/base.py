@@ -399,7 +399,9 @@ class RunStore(Protocol):
         """Take the oldest claimable run of the tenant, or ``None`` when there is none.
 
         ``installed``: the middleware names this worker can build; a run whose recorded stack
-        names one outside it is left for a worker that has it (None: no filter).
+        names one outside it is left for a worker that has it (None: no filter). A run
+        recorded for another engine (``config["engine"]``, ``hango submit --engine``) is never
+        taken: that engine executes it.
 
         Claimable: status ``queued`` without a live lease (one still held is a run being handed
         back, between its last save and its release), or ``running`` (or ``cancelled``: killed

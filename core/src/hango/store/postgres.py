@@ -109,6 +109,8 @@ WITH next AS (
         AND (%(installed)s::text[] IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements(config_json -> 'stack') AS m
             WHERE NOT (m ->> 'name' = ANY(%(installed)s::text[]))))
+        -- A run recorded for another engine (hango submit --engine) is that engine's alone.
+        AND config_json -> 'engine' IS NULL
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED

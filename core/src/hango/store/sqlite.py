@@ -490,6 +490,8 @@ class SqliteRunStore:
                 "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(config_json, '$.stack') "
                 "AS m WHERE json_extract(m.value, '$.name') NOT IN "
                 "(SELECT value FROM json_each(?)))) "
+                # A run recorded for another engine (hango submit --engine) is that engine's.
+                "AND json_extract(config_json, '$.engine') IS NULL "
                 "ORDER BY created_at, rowid LIMIT 1) "
                 "RETURNING id, attempts",
                 (
