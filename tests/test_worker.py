@@ -350,6 +350,43 @@ async def test_a_sigterm_delivered_twice_at_once_is_one_stop(
     assert executions(folder)[f"{run.id} s1:done"] == 1
 
 
+async def test_a_worker_says_once_why_it_leaves_a_run_queued(
+    store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
+) -> None:
+    """A queued run whose recorded stack needs a middleware no installed plugin provides is
+    left for another worker, and the worker says so once, naming the middleware and its
+    distribution; `runs show` says the same (issue "Run integrity II", item 8)."""
+    folder = agent_dir(tmp_path, TERM_SCRIPT)
+    (run,) = await submit(store, tenant, folder / "agent.toml")
+    held = await store.get_run(tenant, run.id)
+    config = {**held.config, "stack": [
+        *held.config["stack"], {"name": "audit_log", "distribution": "hango-audit", "version": "1"}
+    ]}  # fmt: skip
+    needy = await store.create_run(
+        tenant, run.agent_id, Message.user("audit me"), status=RunStatus.QUEUED, config=config
+    )
+    proc = workers.start("--lease", "30")
+    (done,) = await wait_until(store, tenant, [run.id])  # the other run is worked on
+    assert done.status is RunStatus.COMPLETED
+    await anyio.sleep(3)  # several idle passes
+    line = (
+        f"run {needy.id} stays queued: this worker cannot build middleware 'audit_log' "
+        "(distribution hango-audit)"
+    )
+    assert workers.log(proc).count(line) == 1
+    assert (await store.get_run(tenant, needy.id)).status is RunStatus.QUEUED
+    proc.send_signal(signal.SIGTERM)
+    assert await workers.exit_code(proc) == 0
+    shown = await anyio.run_process(
+        [HANGO, "runs", "show", str(needy.id)], env=workers.env | {"NO_COLOR": "1"}, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "queued for a worker that can build middleware 'audit_log' (distribution hango-audit)"
+        in " ".join(shown.stdout.decode().split())
+    )
+
+
 async def test_two_workers_complete_200_queued_demo_runs_exactly_once(
     store: RunStore, tenant: uuid.UUID, workers: Workers
 ) -> None:

@@ -39,6 +39,8 @@ from hango.cli.render import (
 from hango.config import (
     Config,
     ConfigError,
+    StackConfig,
+    hango_settings,
 )
 from hango.convert import message_to_json
 from hango.plugins import make_plugin_manager
@@ -248,6 +250,24 @@ def _engine_run(record: RunRecord) -> dict[str, Any] | None:
     return dict(engine.describe(record.id))
 
 
+def _missing_here(record: RunRecord) -> str:
+    """The middleware of the run's recorded stack this process's plugins cannot build, with
+    their distributions ('' when none): why a worker like this one leaves it queued."""
+    import warnings
+
+    from hango.discovery import discover
+    from hango.run.worker import missing_middleware
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a failing plugin is reported by `hango plugins`
+        try:
+            pm = make_plugin_manager()
+            installed = {p.name for p in discover(StackConfig(settings=hango_settings()), pm)}
+        except Exception:
+            return ""
+    return missing_middleware(record.config, installed)
+
+
 def _print_run(record: RunRecord, messages: list[Any]) -> None:
     from hango.agent.state import load_state
 
@@ -270,6 +290,13 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
         )
     if record.error:
         console.print(f"error: {record.error}", markup=False, style="red")
+    if record.status is RunStatus.QUEUED and (missing := _missing_here(record)):
+        console.print(
+            f"queued for a worker that can build {missing} (not installed here)",
+            markup=False,
+            style="yellow",
+            soft_wrap=True,
+        )
     for m in messages:
         for block in m.content:
             kind = block.type

@@ -24,7 +24,9 @@ it with backoff, saying so on stderr, for ``HANGO_DB_WAIT_SECONDS`` (default: no
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import uuid
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -102,6 +104,19 @@ def worker_name() -> str:
     return executor_name()
 
 
+def missing_middleware(config: Mapping[str, Any], installed: Collection[str]) -> str:
+    """What of a run's recorded stack (``runs.config_json``) is not in ``installed``, said as
+    middleware and distribution (``"middleware 'audit_log' (distribution hango-audit)"``);
+    ``""`` when nothing is missing."""
+    stack = config.get("stack") if isinstance(config, Mapping) else None
+    missing = [
+        f"middleware {e.get('name')!r} (distribution {e.get('distribution', '?')})"
+        for e in (stack if isinstance(stack, list) else [])
+        if isinstance(e, Mapping) and e.get("name") not in installed
+    ]
+    return ", ".join(missing)
+
+
 class Worker:
     """Executes the queued runs of ``harness``'s tenant, ``concurrency`` at a time.
 
@@ -141,6 +156,8 @@ class Worker:
         # Runs whose recorded stack needs a middleware this worker cannot build are left in
         # the queue for a worker that can (docs/how-to/run-on-postgres.md).
         self._installed = harness.installed_middleware()
+        # Runs left in the queue for want of a middleware, already logged (once each).
+        self._told: set[uuid.UUID] = set()
         self._stop = anyio.Event()
         self._claiming = anyio.CancelScope()
         self._runs: anyio.CancelScope | None = None
@@ -218,7 +235,23 @@ class Worker:
             log.warning("claiming a run failed (retrying): %s", exc)
         return lease
 
+    async def _tell_unclaimable(self) -> None:
+        """Log once, per run, why a queued run is left for another worker: the middleware
+        its recorded stack needs that this worker cannot build, and its distribution."""
+        try:
+            queued = await self.store.list_runs(self.harness.tenant_id, limit=100)
+        except Exception:
+            return  # only a hint: the next idle pass tries again
+        for run in queued:
+            if run.status is not RunStatus.QUEUED or run.id in self._told:
+                continue
+            missing = missing_middleware(run.config, self._installed)
+            if missing:
+                self._told.add(run.id)
+                log.warning("run %s stays queued: this worker cannot build %s", run.id, missing)
+
     async def _idle(self, watch: QueueWatch) -> None:
+        await self._tell_unclaimable()
         with anyio.move_on_after(self.idle_seconds):
             try:
                 await watch.wait()
