@@ -418,3 +418,58 @@ def session_scoped(middlewares: Iterable[Any]) -> frozenset[str]:
     return frozenset(
         m.name for m in middlewares if getattr(type(m), "state_scope", "run") == "session"
     )
+
+
+#: The private-state key that holds tool narrowings: the ``tool_allowlist`` middleware's own,
+#: which enforces them (the innermost slot, so no other middleware can widen one).
+NARROWING_KEY: Final = "tool_allowlist"
+
+
+@frozen
+class _Narrowings:
+    # Narrowing middleware name -> the tool names it leaves visible and callable.
+    narrowed_by: dict[str, list[str]] = field(factory=dict)
+
+
+def _narrowings(state: State) -> _Narrowings:
+    raw = state.private.get(NARROWING_KEY)
+    if raw is None:
+        return _Narrowings()
+    try:
+        return CONVERTER.structure(json_value(raw), _Narrowings)
+    except Exception as exc:
+        path, detail = _first_error(exc, "$")
+        raise StateError(NARROWING_KEY, path, detail) from exc
+
+
+def narrow_tools(state: State, by: str, tools: Collection[str] | None) -> None:
+    """Narrow the tools of this run to ``tools`` on behalf of middleware ``by`` (``None``
+    lifts ``by``'s narrowing).
+
+    While a narrowing is set, the ``tool_allowlist`` middleware shows the model only the tools
+    every narrowing names (and the agent's ``tool_allowlist`` allows) and refuses a call to any
+    other, whatever the middlewares outside it add. A narrowing belongs to the run: it is saved
+    with the run's state, so a resumed run keeps it. Raises ``StateError`` when the stored
+    narrowings are malformed.
+    """
+    current = _narrowings(state)
+    narrowed = dict(current.narrowed_by)
+    if tools is None:
+        narrowed.pop(by, None)
+    else:
+        narrowed[by] = sorted(set(tools))
+    if narrowed:
+        store_private(state, NARROWING_KEY, _Narrowings(narrowed))
+    else:
+        state.private.pop(NARROWING_KEY, None)
+
+
+def tool_narrowing(state: State) -> tuple[frozenset[str] | None, tuple[str, ...]]:
+    """The tools this run is narrowed to (the intersection of every ``narrow_tools`` call in
+    force; ``None`` when there is none) and the names of the middlewares that narrowed it, in
+    name order. Raises ``StateError`` when the stored narrowings are malformed."""
+    narrowed = _narrowings(state).narrowed_by
+    if not narrowed:
+        return None, ()
+    allowed = frozenset.intersection(*(frozenset(names) for names in narrowed.values()))
+    return allowed, tuple(sorted(narrowed))

@@ -61,6 +61,8 @@ from hango.store.base import (
     StoreUnavailable,
     UnstorableContent,
 )
+from hango.store.memory import memory_of_run
+from hango.store.workspace import bound_store
 from hango.tool.registry import ToolRegistry
 
 __all__ = ["AllowlistWarning", "Harness", "RunNotResumable", "StackFactory"]
@@ -440,17 +442,22 @@ class Harness:
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
 
-        with telemetry.tracer.start_as_current_span(
-            f"invoke_agent {agent.name}",
-            kind=SpanKind.INTERNAL,
-            attributes={
-                telemetry.OPERATION_NAME: "invoke_agent",
-                telemetry.AGENT_NAME: agent.name,
-                telemetry.AGENT_ID: str(run.agent_id),
-                telemetry.CONVERSATION_ID: str(run.session_id),
-                telemetry.RUN_ID: str(run_id),
-            },
-        ) as span:
+        # The store is bound for the run's middlewares and tools (workspace files).
+        with (
+            bound_store(self.store),
+            telemetry.tracer.start_as_current_span(
+                f"invoke_agent {agent.name}",
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    telemetry.OPERATION_NAME: "invoke_agent",
+                    telemetry.AGENT_NAME: agent.name,
+                    telemetry.AGENT_ID: str(run.agent_id),
+                    telemetry.CONVERSATION_ID: str(run.session_id),
+                    telemetry.RUN_ID: str(run_id),
+                },
+            ) as span,
+            memory_of_run(self.store, agent.name),
+        ):  # hango.middleware.run_memory()
             try:
                 chain = plan.chain
                 span.add_event(
