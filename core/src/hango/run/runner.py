@@ -243,7 +243,8 @@ class Harness:
                 **({"engine": engine} if engine is not None else {}),
             },
         )
-        if not agent.portable:
+        if not agent.portable or agent.output_type is not None:
+            # Only this process can continue it, or return its output as the agent's type.
             self._live[run.id] = agent
         if status is RunStatus.RUNNING:
             self._planned[run.id] = plan
