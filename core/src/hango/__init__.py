@@ -14,6 +14,7 @@ from hango.agent.blame import MiddlewareError
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     AttemptDiscarded,
+    ContextCompacted,
     Event,
     InterruptRaised,
     MessageCompleted,
@@ -70,6 +71,7 @@ __all__ = [
     "AttemptDiscarded",
     "Block",
     "ConfigError",
+    "ContextCompacted",
     "Decided",
     "Decision",
     "DecisionRefused",

@@ -7,14 +7,17 @@ listed, with one line, in docs/reference/api.md.
 
 - Capabilities: ``Middleware`` (the marker: a ``name``), ``ModelWrapper``, ``ToolWrapper``,
   ``RunHook``, ``ToolProvider``, ``PromptContributor``.
-- Requests and handlers: ``ModelRequest`` / ``ModelHandler``, ``ToolCallRequest`` /
+- Requests and handlers: ``ModelRequest`` / ``ModelHandler`` (``ModelCallPurpose`` /
+  ``MODEL_CALL_PURPOSES``: a turn or a middleware's own summary call), ``ToolCallRequest`` /
   ``ToolHandler``. Rewrite a request with ``attrs.evolve`` and pass the new one to ``next``.
 - Interrupts and decisions: ``ToolCallRequest.interrupt(...)`` suspends a run for a person's
   ``Decision`` (``DECISIONS``: approve, edit, reject, respond); ``Interrupt`` is the pause
   (a ``BaseException``: never swallow it), ``InterruptError`` a misuse.
 - State: ``State``, ``Todo`` / ``TodoStatus``, ``load_private`` / ``store_private`` (typed,
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
-  ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself).
+  ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself),
+  ``HistoryMark`` / ``mark_history`` (where the session's history loads from, after a
+  compaction).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
 - Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
   ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
@@ -37,7 +40,9 @@ from hango.agent.interrupts.records import (
 )
 from hango.agent.loop import held_calls
 from hango.agent.middleware import (
+    MODEL_CALL_PURPOSES,
     Middleware,
+    ModelCallPurpose,
     ModelHandler,
     ModelRequest,
     ModelWrapper,
@@ -50,12 +55,14 @@ from hango.agent.middleware import (
 )
 from hango.agent.state import (
     STATE_SCOPES,
+    HistoryMark,
     State,
     StateError,
     StateScope,
     Todo,
     TodoStatus,
     load_private,
+    mark_history,
     store_private,
 )
 from hango.agent.storable import replace_lone_surrogates, storable_result
@@ -78,6 +85,7 @@ from hango.telemetry import (
 __all__ = [
     "DECISIONS",
     "ERROR_TYPE",
+    "MODEL_CALL_PURPOSES",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
     "REQUEST_MODEL",
@@ -90,10 +98,12 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionType",
+    "HistoryMark",
     "Interrupt",
     "InterruptError",
     "Middleware",
     "MiddlewareError",
+    "ModelCallPurpose",
     "ModelHandler",
     "ModelRequest",
     "ModelWrapper",
@@ -117,6 +127,7 @@ __all__ = [
     "hookimpl",
     "int_setting",
     "load_private",
+    "mark_history",
     "provider_name",
     "record",
     "replace_lone_surrogates",

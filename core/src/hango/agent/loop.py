@@ -282,18 +282,22 @@ async def run_loop(
             # the model actually called (its class when it has no name: never the run's).
             target = spans.model_attributes(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
-        if attempts.start():
+        # A middleware's own call (a summary) is not the turn: nothing of it reaches the caller.
+        own = mreq.purpose == "turn"
+        if own and attempts.start():
             await emit(AttemptDiscarded(turns + 1))
         with spans.chat_span(req, target) as chat:
             acc = Accumulator()
             async with _closing(called.stream(req)) as stream:
                 async for event in stream:
                     acc.add(event)
-                    # A provider's retry notice is not part of what the attempt said.
-                    attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
-                    await emit(event)
+                    if own:
+                        # A provider's retry notice is not part of what the attempt said.
+                        attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
+                        await emit(event)
             response = acc.response()
-            attempts.kept = response.message
+            if own:
+                attempts.kept = response.message
             chat.finished(response)
             return response
 
@@ -427,6 +431,9 @@ async def run_loop(
             return None
         return LoopOutcome(RunStatus.QUEUED, stop_reason, None, usage, turns)
 
+    async def save() -> None:
+        await checkpoint(state)
+
     turns = turns_taken(state.messages)
     unfinished = pending_calls(state.messages)
     if unfinished:
@@ -456,7 +463,8 @@ async def run_loop(
             server_tools=settings.server_tools,
         )
         with telemetry.tracer.start_as_current_span("turn", attributes={telemetry.TURN: turns + 1}):
-            response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
+            mreq = ModelRequest(request, state, model=model, save=save, emit=emit)
+            response = await chain.model_call(mreq, call_model)
             if attempts.discarded_by(response):
                 await emit(AttemptDiscarded(turns + 1))
             attempts.start()

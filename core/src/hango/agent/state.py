@@ -8,6 +8,12 @@ silently defaulted. What is stored is checked to be JSON when it is stored (a se
 sorted list; a dict key that is not a string is refused, naming the middleware and the path),
 and what is loaded is a fresh copy: nothing that is not JSON can reach a checkpoint.
 
+History marks: ``messages`` holds the session's history from session index ``history_start``
+on (the runner loads it from there). A middleware that keeps what came before a point in a
+record of its own (a summary) says so with ``mark_history``: the mark is persisted with the
+state and carried to the session's next run, which loads only the messages from the mark on.
+The messages table itself is append-only: a mark hides nothing from ``hango runs show``.
+
 Scope: ``todos`` belong to the session (a new run in a session starts with the previous run's
 plan); a middleware's private value belongs to the run, unless the middleware's class declares
 ``state_scope = "session"``, in which case a new run starts with the previous run's value
@@ -49,6 +55,18 @@ class Todo:
     status: TodoStatus = "pending"
 
 
+@frozen
+class HistoryMark:
+    """Where a session's history may be loaded from: ``index`` is a session index (0: the
+    whole history); the messages before it are covered by a record of middleware ``by``,
+    and no request of the session needs them any more. ``note`` is what people read at the
+    mark (``hango runs show`` prints it where the covered messages end): a line, or a few."""
+
+    index: int = 0
+    by: str = ""
+    note: str = ""
+
+
 @define
 class State:
     """The state of one run.
@@ -60,6 +78,10 @@ class State:
     across resumes. ``interrupts`` holds the run's pending actions, decisions and started
     calls (``hango.agent.interrupts``). ``scratch`` is per-batch working data: the loop clears it
     after every tool batch and it is never persisted.
+
+    ``history_start`` is the session index of ``messages[0]`` (the runner sets it when it loads
+    the history; never persisted). ``history_mark`` is where the session's next load may start
+    (``mark_history``), persisted and carried to the session's next run like ``todos``.
     """
 
     run_id: uuid.UUID
@@ -72,6 +94,23 @@ class State:
     usage: Usage = field(factory=Usage)
     interrupts: InterruptBook = field(factory=InterruptBook)
     scratch: dict[str, Any] = field(factory=dict)
+    history_start: int = 0
+    history_mark: HistoryMark = field(factory=HistoryMark)
+
+
+def mark_history(state: State, index: int, *, by: str, note: str = "") -> None:
+    """Record that middleware ``by`` keeps what the messages before session index ``index``
+    said (a summary in its private state), so later loads of the session start there.
+
+    A mark only moves forward. Raises ``ValueError`` for an ``index`` before the current mark
+    or after the end of the history (``history_start + len(messages)``)."""
+    end = state.history_start + len(state.messages)
+    if not state.history_mark.index <= index <= end:
+        raise ValueError(
+            f"middleware {by!r}: history mark {index} is outside "
+            f"{state.history_mark.index}..{end} (a mark only moves forward, within the history)"
+        )
+    state.history_mark = HistoryMark(index, by, note)
 
 
 class StateError(Exception):
@@ -154,8 +193,8 @@ def store_private(state: State, name: str, value: object) -> None:
 
 
 def dump_state(state: State) -> dict[str, JSON]:
-    """The ``runs.state_json`` document: version, ids, todos, private state, usage and
-    interrupts.
+    """The ``runs.state_json`` document: version, ids, todos, private state, usage,
+    interrupts and the history mark.
 
     Messages are stored in their own table and scratch is never persisted. Raises
     ``StateError`` naming the middleware when a private value is not JSON (written to
@@ -178,6 +217,7 @@ def dump_state(state: State) -> dict[str, JSON]:
         "private": private,
         "usage": CONVERTER.unstructure(state.usage),
         "interrupts": CONVERTER.unstructure(state.interrupts),
+        "history_mark": CONVERTER.unstructure(state.history_mark),
     }
 
 
@@ -200,6 +240,8 @@ class _Document:
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
     interrupts: InterruptBook = field(factory=InterruptBook)
+    # Absent from documents written before marks existed: the whole history.
+    history_mark: HistoryMark = field(factory=HistoryMark)
 
 
 def load_state(doc: JSON) -> State:
@@ -243,6 +285,7 @@ def load_state(doc: JSON) -> State:
         private=dict(parsed.private),
         usage=parsed.usage,
         interrupts=parsed.interrupts,
+        history_mark=parsed.history_mark,
     )
 
 
@@ -289,6 +332,7 @@ def new_run_state(
         return state
     before = load_state(previous)
     state.todos = list(before.todos)
+    state.history_mark = before.history_mark
     state.private = {k: v for k, v in before.private.items() if k in session_scoped}
     return state
 

@@ -420,7 +420,11 @@ class Harness:
                 f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
                 "CALL_ID, or Harness.decide)"
             )
-        state.messages = await self.store.load_messages(self.tenant_id, run.session_id)
+        # From the session's history mark (a compaction's), but never after the run's own
+        # prompt: the loop counts the run's turns from it.
+        start = min(state.history_mark.index, run.message_start)
+        state.messages = await self.store.load_messages(self.tenant_id, run.session_id, start=start)
+        state.history_start = saver.start = start
         saver.saved = list(state.messages)
 
         async def checkpoint(_: State) -> None:
@@ -496,7 +500,7 @@ class Harness:
                     outcome = await saver.finish(state, failed)
             else:
                 outcome = await saver.finish(state, outcome)
-            spans.agent_finished(span, outcome.usage, state.messages[run.message_start :])
+            spans.agent_finished(span, outcome.usage, state.messages[run.message_start - start :])
             suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
                 run_id,
@@ -520,6 +524,8 @@ class _Saver:
         self.run = run
         self.lease = lease
         self.version = run.version
+        # The history as last saved, from session index ``start`` on (``State.history_start``).
+        self.start = 0
         self.saved: list[Message] = []
 
     async def save(
@@ -543,7 +549,7 @@ class _Saver:
                 status=status,
                 state=dump_state(state),
                 messages=current[first:],
-                from_index=first,
+                from_index=self.start + first,
                 error=error,
                 stop_reason=stop_reason,
                 lease=self.lease,
