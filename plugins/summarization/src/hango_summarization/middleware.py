@@ -220,7 +220,8 @@ class SummarizationMiddleware:
                 raise
             request = retry
             response = await next(attrs.evolve(req, request=request))
-        self.reported(st, state, response)
+        if isinstance(response, ModelResponse):  # else the chain names the layer at fault
+            self.reported(st, state, response)
         store_private(state, self.name, st)
         return response
 
@@ -353,7 +354,7 @@ class SummarizationMiddleware:
         goal = c.goal if c is not None else None
         if c is None and self.settings.keep_goal and msgs:
             goal = history.goal_text(msgs[0])
-        k = self.cut(state, start, self.keep(req.model))
+        k = self.cut(state, start, self.keep(req.model), self.settings.keep_messages)
         if k is None:
             return request
         kept = self._tail(st, state, k)
@@ -406,13 +407,17 @@ class SummarizationMiddleware:
         return compacted
 
     @staticmethod
-    def cut(state: State, start: int, keep: int) -> int | None:
+    def cut(state: State, start: int, keep: int, keep_messages: int | None) -> int | None:
         """Where to cut: the earliest cut point after ``start`` whose kept part fits ``keep``
-        tokens, else the latest one; None when there is no cut point after ``start``."""
+        tokens (or ``keep_messages`` messages), else the latest one; None when there is no
+        cut point after ``start``."""
         msgs = state.messages
         points = [k for k in history.cut_points(msgs) if k > start]
         if not points:
             return None
+        if keep_messages is not None:
+            fitting = [k for k in points if len(msgs) - k <= keep_messages]
+            return fitting[0] if fitting else points[-1]
         kept = 0
         for i in range(len(msgs) - 1, points[0] - 1, -1):
             kept += history.message_tokens(msgs[i])
