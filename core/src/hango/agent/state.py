@@ -77,7 +77,9 @@ class State:
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
     across resumes. ``interrupts`` holds the run's pending actions, decisions and started
     calls (``hango.agent.interrupts``). ``scratch`` is per-batch working data: the loop clears it
-    after every tool batch and it is never persisted.
+    after every tool batch and it is never persisted. ``output`` is the run's validated
+    structured output (a JSON object; None until one is taken) and ``output_failures`` how
+    many invalid ones the model gave, so a resumed run keeps its ``output_retries`` budget.
 
     ``history_start`` is the session index of ``messages[0]`` (the runner sets it when it loads
     the history; never persisted). ``history_mark`` is where the session's next load may start
@@ -94,6 +96,8 @@ class State:
     usage: Usage = field(factory=Usage)
     interrupts: InterruptBook = field(factory=InterruptBook)
     scratch: dict[str, Any] = field(factory=dict)
+    output: JSON = None
+    output_failures: int = 0
     history_start: int = 0
     history_mark: HistoryMark = field(factory=HistoryMark)
 
@@ -217,7 +221,15 @@ def dump_state(state: State) -> dict[str, JSON]:
         "private": private,
         "usage": CONVERTER.unstructure(state.usage),
         "interrupts": CONVERTER.unstructure(state.interrupts),
-        "history_mark": CONVERTER.unstructure(state.history_mark),
+        # Absent until a run has an output: documents of runs without one stay as they were.
+        **({} if state.output is None else {"output": state.output}),
+        **({} if not state.output_failures else {"output_failures": state.output_failures}),
+        # Absent until a middleware marks the history: documents without one stay as they were.
+        **(
+            {}
+            if not state.history_mark.index
+            else {"history_mark": CONVERTER.unstructure(state.history_mark)}
+        ),
     }
 
 
@@ -240,6 +252,8 @@ class _Document:
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
     interrupts: InterruptBook = field(factory=InterruptBook)
+    output: Any = None
+    output_failures: int = 0
     # Absent from documents written before marks existed: the whole history.
     history_mark: HistoryMark = field(factory=HistoryMark)
 
@@ -286,6 +300,8 @@ def load_state(doc: JSON) -> State:
         usage=parsed.usage,
         interrupts=parsed.interrupts,
         history_mark=parsed.history_mark,
+        output=parsed.output,
+        output_failures=parsed.output_failures,
     )
 
 

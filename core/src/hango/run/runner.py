@@ -470,6 +470,12 @@ class Harness:
                         parallel_tool_calls=agent.parallel_tool_calls,
                         server_tools=agent.server_tools,
                         max_result_chars=self.max_result_chars,
+                        output_schema=agent.output_json_schema,
+                        output_strategy=agent.output_strategy,
+                        output_type=agent.output_type,
+                        output_retries=agent.output_retries,
+                        max_tool_concurrency=agent.max_tool_concurrency,
+                        sequential_tools=agent.sequential_tools,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
@@ -509,6 +515,7 @@ class Harness:
                 outcome.error,
                 state.usage,
                 tuple(state.interrupts.waiting()) if suspended else (),
+                output=outcome.output if outcome.status is RunStatus.COMPLETED else None,
             )
             await emit(finished)
             return finished
@@ -628,8 +635,12 @@ def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
 
 def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
     """How a run stands, from its record (for a resume that executed nothing)."""
-    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
-    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+    saved = load_state(run.state) if isinstance(run.state, dict) and run.state else None
+    usage = saved.usage if saved is not None else Usage()
+    output = saved.output if saved is not None and status is RunStatus.COMPLETED else None
+    return RunFinished(
+        run.id, status, run.stop_reason, run.error, usage, tuple(pending), output=output
+    )
 
 
 def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:

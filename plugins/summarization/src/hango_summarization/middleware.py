@@ -474,8 +474,11 @@ class SummarizationMiddleware:
                 messages = self._tail(st, state, 0, b)
             else:
                 messages = [history.head(goal, summary, covered), *self._tail(st, state, a, b)]
+            # The answer is prose: no structured output for it (the prefix is the same).
             ask = attrs.evolve(
-                request, messages=tuple(history.with_instruction(messages, INSTRUCTION))
+                request,
+                messages=tuple(history.with_instruction(messages, INSTRUCTION)),
+                output=None,
             )
             sreq = attrs.evolve(req, request=ask, purpose="summary")
             if summarizer is not req.model:
