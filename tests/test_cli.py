@@ -499,6 +499,23 @@ def test_run_json_prints_the_answer(tmp_path: Path) -> None:
     assert both.returncode == 2 and "choose one" in both.stderr
 
 
+def test_runs_list_at_80_columns_keeps_ids_and_status_whole(tmp_path: Path) -> None:
+    """On a real 80-column terminal only the prompt gives way: every id is its whole unique
+    8-character prefix (never "d32f06…") and every status word is whole (issue 27 item 13)."""
+    agent = fast_demo(tmp_path)
+    long = "What are the open risks in this project, file by file, with the fix for each? " * 3
+    first = hango("run", "--agent", str(agent), "--json", long, cwd=tmp_path)
+    run_id = json.loads(first.stdout)["run_id"]
+    env = os.environ | {"HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"}
+    pid, fd = spawn_in_terminal(["runs", "list"], tmp_path, env, cols=80)
+    lines = screen_text(read_all(fd), cols=80)
+    os.waitpid(pid, 0)
+    header, row = lines
+    assert header.split() == ["run", "agent", "session", "started", "status", "prompt"]
+    assert row.split()[0] == run_id[:8] and "completed" in row.split()
+    assert "What are the open" in row and row.endswith("…") and len(row) <= 80
+
+
 def test_runs_list_columns_and_id_prefixes(tmp_path: Path) -> None:
     agent = fast_demo(tmp_path)
     first = hango("run", "--agent", str(agent), "--json", "What are the open risks?", cwd=tmp_path)
@@ -511,14 +528,15 @@ def test_runs_list_columns_and_id_prefixes(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["session_id"] == session
 
+    # Piped: plain and complete, one tab-separated line per run (full ids, whole prompt).
     listed = hango("runs", "list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    header, newest, oldest = listed.stdout.splitlines()
-    assert header.split() == ["run", "agent", "session", "started", "status", "prompt"]
+    newest, oldest = [line.split("\t") for line in listed.stdout.splitlines()]
     run_id = summary["run_id"]
-    assert oldest.split()[:3] == [run_id[:8], "demo", session[:8]]
-    assert "completed" in oldest and oldest.rstrip().endswith("What are the open risks?")
-    assert newest.rstrip().endswith("And the fix?")
+    assert oldest[:3] == [run_id, "demo", session] and oldest[4:] == [
+        "completed", "What are the open risks?"
+    ]  # fmt: skip
+    assert newest[1:3] == ["demo", session] and newest[5] == "And the fix?"
     rows = json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)
     assert [(r["agent"], r["prompt"]) for r in rows] == [
         ("demo", "And the fix?"), ("demo", "What are the open risks?")

@@ -83,13 +83,13 @@ def test_the_demo_stops_suspended_and_an_approval_edits_the_file_once(
     assert pending["decisions"] == ["approve", "edit", "reject"]
     call_id = pending["tool_call_id"]
 
-    # The command the run printed, exactly as printed.
+    # The command the run printed, run exactly as printed: under `uv run` it starts with
+    # `uv run hango`, as the cancelled-run hint does (issue 27 item 14).
     (approve,) = [line.strip() for line in out.splitlines() if "--approve" in line]
-    assert approve == f"hango resume {run_id} --approve {call_id}"
+    assert approve == f"uv run hango resume {run_id} --approve {call_id}"
     done = subprocess.run(
-        [HANGO, *shlex.split(approve)[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+        shlex.split(approve), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "completed" in done.stdout
     assert changelog(env).count(ENTRY) == 1

@@ -109,6 +109,9 @@ async def test_save_writes_status_state_and_messages_from_an_index(
         2,
     )
     assert await store.load_messages(tenant, run.session_id) == [*history, result, final]
+    # One message by its index, without the rest (what `runs list` shows).
+    assert await store.load_message(tenant, run.session_id, 2) == result
+    assert await store.load_message(tenant, run.session_id, 4) is None
     # Replacing from an earlier index drops what came after it.
     await store.save_run(
         tenant,

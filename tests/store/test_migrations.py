@@ -50,7 +50,12 @@ def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
     assert hango("db", "upgrade", "--db", empty_url) == (0, f"already at {HEAD[-1]}\n")
     assert hango("db", "current", "--db", empty_url) == (0, "\n".join(HEAD) + "\nup to date\n")
     steps = len(HEAD) - 1
-    code, out = hango("db", "downgrade", "--steps", str(steps), "--db", empty_url)
+    # Every rollback deletes data: refused without --yes, the schema untouched.
+    code, out = hango("db", "downgrade", "--db", empty_url)
+    assert code == 2 and f"rolls back {HEAD[-1]}: the data they hold is deleted" in out
+    assert "--yes" in out
+    assert hango("db", "current", "--db", empty_url) == (0, "\n".join(HEAD) + "\nup to date\n")
+    code, out = hango("db", "downgrade", "--steps", str(steps), "--yes", "--db", empty_url)
     rolled_back = ", ".join(reversed(HEAD[1:]))
     assert (code, " ".join(out.split())) == (0, f"rolled back {rolled_back}; now at 0001.base")
     code, out = hango("db", "current", "--db", empty_url, "--json")
@@ -58,7 +63,7 @@ def test_db_commands_upgrade_report_and_downgrade(empty_url: str) -> None:
     code, out = hango("db", "downgrade", "--steps", "2", "--db", empty_url)
     assert code == 2 and "only 1 migrations are applied" in out
     code, out = hango("db", "downgrade", "--db", empty_url)
-    assert code == 2 and "--yes" in out
+    assert code == 2 and "deleting every run, session and message" in out
     assert hango("db", "downgrade", "--yes", "--db", empty_url) == (
         0,
         "rolled back 0001.base; now at an empty schema\n",

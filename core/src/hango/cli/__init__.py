@@ -108,7 +108,43 @@ def exit_with(code: int) -> None:
 
 
 def db_url(db: str | None) -> str:
-    return db or Config.from_env().database_url
+    """The store URL: ``--db`` when given, else HANGO_DATABASE_URL or the default file.
+
+    A ``--db sqlite:///PATH`` whose folder does not exist is refused (``click.UsageError``,
+    exit 2) rather than made: a typo must not open an empty database and report "no runs yet".
+    Only the default (and HANGO_DATABASE_URL's) folder is created on first use."""
+    if db is None:
+        return Config.from_env().database_url
+    if db.startswith("sqlite:///"):
+        folder = Path(db.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise click.UsageError(f"--db {db}: folder {folder} does not exist")
+    return db
+
+
+def read_message(message: str | None, message_file: Path | None) -> str:
+    """The user message of ``hango run`` / ``submit``: the MESSAGE argument, standard input
+    when it is ``-``, or the text of ``--message-file`` (``-`` for standard input too), so a
+    prompt of any size can be piped in instead of hitting the OS's argument-size limit.
+    ``click.UsageError`` (exit 2) for none, both, or one that is empty or only whitespace."""
+    if (message is None) == (message_file is None):
+        raise click.UsageError("give the message as MESSAGE, - (standard input) or --message-file")
+    if message_file is not None:
+        source = "--message-file"
+        if str(message_file) == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = message_file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise click.UsageError(f"--message-file {message_file}: {exc}") from None
+    elif message == "-":
+        source, text = "standard input", sys.stdin.read()
+    else:
+        source, text = "MESSAGE", message or ""
+    if not text.strip():
+        raise click.UsageError(f"the message ({source}) is empty")
+    return text
 
 
 async def resolve(store: RunStore, kind: IdKind, text: str) -> uuid.UUID:
@@ -133,6 +169,11 @@ run_json_option = click.option(
     "as_json",
     is_flag=True,
     help="Print one JSON object when the run ends: ids, status, usage and the answer.",
+)
+message_file_option = click.option(
+    "--message-file",
+    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+    help="Read the message from this file (- for standard input) instead of MESSAGE.",
 )
 jsonl_option = click.option(
     "--jsonl",
@@ -168,6 +209,20 @@ class _HangoGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self.commands.get(cmd_name) or self._plugins().get(cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """A usage error (a bad option value, a missing argument) as one line naming the
+        command, like every other user error, instead of click's usage block."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            err_console.print(
+                f"error: {where}: {exc.format_message()} (see {where} --help)",
+                markup=False,
+                soft_wrap=True,
+            )
+            sys.exit(2)
 
 
 def _load_plugin_commands(taken: set[str]) -> dict[str, click.Command]:

@@ -81,21 +81,27 @@ def db_upgrade(db: str | None, as_json: bool) -> None:
     type=click.IntRange(min=1),
     help="How many migrations to roll back, newest first.",
 )
-@click.option("--yes", is_flag=True, help="Confirm rolling back the base schema (all runs).")
+@click.option(
+    "--yes", is_flag=True, help="Confirm: rolling back deletes what those migrations hold."
+)
 @db_option
 @json_option
 def db_downgrade(steps: int, yes: bool, db: str | None, as_json: bool) -> None:
-    """Roll back the newest migrations. Their data goes: rolling back 0002.run-state drops
-    every run's saved state (runs.state_json); rolling back 0001.base, every run."""
+    """Roll back the newest migrations; asks for --yes, as every rollback deletes data:
+    0002.run-state drops every run's saved state (runs.state_json), 0001.base every run. On
+    SQLite the next hango command that opens the file upgrades it again, with that data gone."""
     from hango.store import migrate
 
     url = db_url(db)
     applied = _migrate(migrate.current, url)
     if steps > len(applied):
         raise click.UsageError(f"--steps {steps}: only {len(applied)} migrations are applied")
-    if "0001.base" in applied[-steps:] and not yes:
+    if not yes:
+        # Every rollback drops columns or tables (see the .rollback.sql files): never silently.
+        doomed = ", ".join(reversed(applied[-steps:]))
+        every = ", deleting every run, session and message" if "0001.base" in doomed else ""
         raise click.UsageError(
-            "this rolls back 0001.base, deleting every run, session and message; add --yes to do it"
+            f"this rolls back {doomed}{every}: the data they hold is deleted; add --yes to do it"
         )
     rolled_back = _migrate(lambda u: migrate.downgrade(u, steps), url)
     current = _migrate(migrate.current, url)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +15,8 @@ from rich.text import Text
 
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError, load_state
+from hango.cli import resume_hint
+from hango.config import DEFAULT_TENANT, Config
 from hango.convert import CONVERTER
 from hango.provider.messages import JSON
 
@@ -97,26 +98,31 @@ def pending_json(actions: Sequence[PendingAction]) -> list[dict[str, Any]]:
     return [CONVERTER.unstructure(a) for a in actions]
 
 
-def _command(run_id: uuid.UUID, db: str | None, *options: str) -> str:
-    where = f" --db {shlex.quote(db)}" if db else ""
-    return f"hango resume {run_id}{where} " + " ".join(options)
-
-
 def decide_commands(
     run_id: uuid.UUID, actions: Sequence[PendingAction], db: str | None = None
 ) -> list[str]:
-    """The commands that decide each of ``actions``, one per allowed decision."""
+    """The commands that decide each of ``actions``, one per allowed decision: pasteable as
+    they are, started the way this hango was (``uv run hango`` under uv), with the same
+    database and tenant (``hango.cli.resume_hint``)."""
+    tenant = Config.from_env().tenant_id
     lines: list[str] = []
     for a in actions:
-        q = shlex.quote
         arguments = json.dumps(a.input, ensure_ascii=False)
         options = {
-            "approve": f"--approve {q(a.tool_call_id)}",
-            "edit": f"--edit {q(a.tool_call_id + '=' + arguments)}",
-            "reject": f"--reject {q(a.tool_call_id + '=REASON')}",
-            "respond": f"--respond {q(a.tool_call_id + '=TEXT')}",
+            "approve": ["--approve", a.tool_call_id],
+            "edit": ["--edit", f"{a.tool_call_id}={arguments}"],
+            "reject": ["--reject", f"{a.tool_call_id}=REASON"],
+            "respond": ["--respond", f"{a.tool_call_id}=TEXT"],
         }
-        lines += [_command(run_id, db, options[d]) for d in a.decisions]
+        lines += [
+            resume_hint.command(
+                ["resume", str(run_id)],
+                db=db,
+                tenant=None if tenant == DEFAULT_TENANT else str(tenant),
+                options=options[d],
+            )
+            for d in a.decisions
+        ]
     return lines
 
 

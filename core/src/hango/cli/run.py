@@ -28,7 +28,9 @@ from hango.cli import (
     json_option,
     jsonl_option,
     main,
+    message_file_option,
     model_option,
+    read_message,
     resolve,
     resume_hint,
     run_async,
@@ -49,6 +51,7 @@ from hango.config import (
     DEFAULT_TENANT,
     Config,
 )
+from hango.provider.errors import ModelSpecError
 from hango.provider.messages import Message
 from hango.run import Decided, Harness
 from hango.store import RunStore, SessionBusy, StoreError, open_store
@@ -226,7 +229,8 @@ async def _busy_session(
 @db_option
 @run_json_option
 @jsonl_option
-@click.argument("message")
+@message_file_option
+@click.argument("message", required=False)
 def run(
     agent_path: Path,
     model: str | None,
@@ -236,16 +240,24 @@ def run(
     db: str | None,
     as_json: bool,
     jsonl: bool,
-    message: str,
+    message_file: Path | None,
+    message: str | None,
 ) -> None:
-    """Run the agent on MESSAGE, streaming its work."""
+    """Run the agent on MESSAGE (- reads it from standard input), streaming its work."""
     output = _output(as_json, jsonl)
+    text = read_message(message, message_file)
     from hango.telemetry.setup import configure_telemetry
 
     configure_telemetry(trace)
 
     async def main_() -> int:
         agent = AgentDefinition.from_file(agent_path)
+        chosen = model or agent.model
+        if base_url is not None and isinstance(chosen, str) and chosen.startswith("scripted:"):
+            raise ModelSpecError(
+                f"--base-url: model {chosen!r} has no base URL (anthropic:NAME and "
+                "openai:NAME take one)"
+            )
         built = agent.build_model(model, base_url)  # a bad model or script fails before any run
         store = await open_store(db_url(db))
         try:
@@ -259,7 +271,7 @@ def run(
                 base_url=base_url,
             )
             try:
-                record = await harness.start(agent, message, session_id=session_id)
+                record = await harness.start(agent, text, session_id=session_id)
             except SessionBusy as exc:
                 assert session_id is not None
                 raise await _busy_session(store, exc, session_id, db) from None
@@ -409,11 +421,19 @@ def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> in
 @click.option("--session", "session", help="Continue this session (its id or a unique prefix).")
 @db_option
 @json_option
-@click.argument("message")
+@message_file_option
+@click.argument("message", required=False)
 def submit(
-    agent_path: Path, session: str | None, db: str | None, as_json: bool, message: str
+    agent_path: Path,
+    session: str | None,
+    db: str | None,
+    as_json: bool,
+    message_file: Path | None,
+    message: str | None,
 ) -> None:
-    """Queue a run of the agent on MESSAGE for a worker; prints the run id."""
+    """Queue a run of the agent on MESSAGE (- reads it from standard input) for a worker;
+    prints the run id."""
+    text = read_message(message, message_file)
 
     async def main_() -> RunRecord:
         agent = AgentDefinition.from_file(agent_path)
@@ -421,9 +441,7 @@ def submit(
         try:
             session_id = await resolve(store, "session", session) if session else None
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            return await harness.start(
-                agent, message, session_id=session_id, status=RunStatus.QUEUED
-            )
+            return await harness.start(agent, text, session_id=session_id, status=RunStatus.QUEUED)
         finally:
             await store.aclose()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,6 @@ from hango.config import (
     Config,
 )
 from hango.convert import message_to_json
-from hango.provider.messages import Message
 from hango.store import RunStore, open_store
 from hango.store.base import RunRecord
 
@@ -74,15 +74,13 @@ async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uu
 
 
 async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
-    """Each run's own user message (the one it was started with)."""
+    """Each run's own user message (the one it was started with): that one message is read,
+    never the session's history (which may hold megabytes of tool results)."""
     tenant = Config.from_env().tenant_id
-    histories: dict[uuid.UUID, list[Message]] = {}
     out = {}
     for r in records:
-        if r.session_id not in histories:
-            histories[r.session_id] = await store.load_messages(tenant, r.session_id)
-        history = histories[r.session_id]
-        out[r.id] = history[r.message_start].text if r.message_start < len(history) else ""
+        message = await store.load_message(tenant, r.session_id, r.message_start)
+        out[r.id] = message.text if message is not None else ""
     return out
 
 
@@ -90,9 +88,52 @@ async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.U
 #: digits: one pair in a million among 100 runs), and what `runs show` and `resume` take.
 SHORT_ID = 8
 
+#: Width of the started column (local time, minutes) and of the longest status word.
+_STARTED = len("2026-01-01 00:00")
+_STATUS = max(len(s.value) for s in RunStatus)
+_AGENT = 16
+
+
+def _print_table(
+    records: Sequence[RunRecord], names: dict[uuid.UUID, str], prompts: dict[uuid.UUID, str]
+) -> None:
+    """The terminal table. Every column but the prompt has a fixed width (ids as their unique
+    8-character prefixes, status words whole), so at 80 columns only the prompt gives way."""
+    prefix = SHORT_ID
+    ids = [str(r.id) for r in records] + [str(r.session_id) for r in records]
+    while len({i[:prefix] for i in ids}) < len(set(ids)):
+        prefix += 1  # a shared 8-character prefix among those shown: show more
+    agent = min(_AGENT, max(len("agent"), *(len(names[r.agent_id]) for r in records)))
+    fixed = prefix + agent + prefix + _STARTED + _STATUS + 2 * 5  # two spaces between columns
+    prompt_width = max(len("prompt"), console.width - fixed)
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), expand=False)
+    for name, width in (("run", prefix), ("agent", agent), ("session", prefix),
+                        ("started", _STARTED), ("status", _STATUS)):  # fmt: skip
+        table.add_column(name, no_wrap=True, width=width, overflow="ellipsis")
+    table.add_column("prompt", no_wrap=True, width=prompt_width, overflow="ellipsis")
+    for r in records:
+        style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
+            r.status.value, ""
+        )
+        table.add_row(
+            str(r.id)[:prefix],
+            names[r.agent_id],
+            str(r.session_id)[:prefix],
+            r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
+            Text(r.status.value, style=style),
+            clip_line(prompts[r.id], prompt_width),
+        )
+    console.print(table, crop=True)
+
 
 @runs.command("list")
-@click.option("--limit", default=20, show_default=True, help="How many runs, newest first.")
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many runs, newest first.",
+)
 @db_option
 @json_option
 def runs_list(limit: int, db: str | None, as_json: bool) -> None:
@@ -116,26 +157,16 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
         if not records:
             console.print("no runs yet: start one with `hango run --agent FILE MESSAGE`")
             return
-        table = Table(box=None, pad_edge=False)
-        table.add_column("run", no_wrap=True)
-        table.add_column("agent", no_wrap=True, max_width=16, overflow="ellipsis")
-        table.add_column("session", no_wrap=True)
-        table.add_column("started", no_wrap=True)
-        table.add_column("status", no_wrap=True)
-        table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
-        for r in records:
-            style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
-                r.status.value, ""
-            )
-            table.add_row(
-                str(r.id)[:SHORT_ID],
-                names[r.agent_id],
-                str(r.session_id)[:SHORT_ID],
-                r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
-                Text(r.status.value, style=style),
-                clip_line(prompts[r.id], 60),
-            )
-        console.print(table)
+        if console.is_terminal:
+            _print_table(records, names, prompts)
+        else:
+            # Piped: plain, complete, one run per line, tab-separated (full ids, whole prompt
+            # line), for grep, cut and awk; --json for anything more.
+            for r in records:
+                prompt = clip_line(prompts[r.id], 10**6)
+                row = (str(r.id), names[r.agent_id], str(r.session_id), r.created_at.isoformat(),
+                       r.status.value, prompt)  # fmt: skip
+                sys.stdout.write("\t".join(row) + "\n")
 
     run_async(main_)
 

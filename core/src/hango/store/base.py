@@ -220,6 +220,13 @@ class RunStore(Protocol):
         that does not decode."""
         ...
 
+    async def load_message(
+        self, tenant_id: uuid.UUID, session_id: uuid.UUID, seq: int
+    ) -> Message | None:
+        """The session's message at index ``seq`` (0-based), None when there is none; reads
+        that one row. ``StoreError`` naming the row when it does not decode."""
+        ...
+
     async def save_run(
         self,
         tenant_id: uuid.UUID,

@@ -428,6 +428,23 @@ class PostgresRunStore:
             message_from_row(session_id, row["seq"], row["role"], row["content"]) for row in rows
         ]
 
+    async def load_message(
+        self, tenant_id: uuid.UUID, session_id: uuid.UUID, seq: int
+    ) -> Message | None:
+        async def attempt(_: int) -> DictRow | None:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT role, content FROM messages "
+                    "WHERE tenant_id = %s AND session_id = %s AND seq = %s",
+                    (tenant_id, session_id, seq),
+                )
+                return await cur.fetchone()
+
+        row = await self._retried(f"loading session {session_id}", attempt)
+        return (
+            None if row is None else message_from_row(session_id, seq, row["role"], row["content"])
+        )
+
     async def save_run(
         self,
         tenant_id: uuid.UUID,

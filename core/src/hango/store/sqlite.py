@@ -344,6 +344,26 @@ class SqliteRunStore:
             out.append(message_from_row(session_id, row["seq"], row["role"], content))
         return out
 
+    async def load_message(
+        self, tenant_id: uuid.UUID, session_id: uuid.UUID, seq: int
+    ) -> Message | None:
+        def fetch() -> sqlite3.Row | None:
+            row: sqlite3.Row | None = self._conn.execute(
+                "SELECT role, content FROM messages "
+                "WHERE tenant_id = ? AND session_id = ? AND seq = ?",
+                (str(tenant_id), str(session_id), seq),
+            ).fetchone()
+            return row
+
+        row = await self._call(fetch)
+        if row is None:
+            return None
+        try:
+            content = json.loads(row["content"])
+        except ValueError as exc:
+            raise corrupt_message(session_id, seq, exc) from exc
+        return message_from_row(session_id, seq, row["role"], content)
+
     async def save_run(
         self,
         tenant_id: uuid.UUID,
