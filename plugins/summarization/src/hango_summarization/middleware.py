@@ -178,7 +178,12 @@ class SummarizationMiddleware:
     # -- thresholds, per model -----------------------------------------------------------
 
     def window(self, model: object) -> int:
+        """The run's model's window: ``context_window`` when set, else the table's."""
         return self.settings.context_window or context_window(model)
+
+    def summarizer_window(self, req: ModelRequest, summarizer: object) -> int:
+        """The summarizer's window: the run's when it is the run's model, else the table's."""
+        return self.window(req.model) if summarizer is req.model else context_window(summarizer)
 
     def trigger(self, model: object) -> int:
         s = self.settings
@@ -364,7 +369,9 @@ class SummarizationMiddleware:
         if reclaimed < least:
             return request
         summarizer = self.summarizer(req)
-        summary = await self.summary_text(st, req, next, request, start, k, goal, summarizer)
+        summary = None
+        if st.failures < MAX_SUMMARY_FAILURES:
+            summary = await self.summary_text(st, req, next, request, start, k, goal, summarizer)
         if summary is not None:
             tier = "summary"
         elif st.failures < MAX_SUMMARY_FAILURES:
@@ -463,11 +470,13 @@ class SummarizationMiddleware:
         c = st.compaction
         summary = c.summary if c is not None else None
         covered = (c.end - c.start) if c is not None else 0
-        # What the summarizer's window holds besides the part: the prefix, the answer.
-        fixed = fixed_tokens(request)
-        window = self.window(summarizer)
-        answer = min(request.max_tokens, window // 4)
-        budget = max(1, int(window * 0.9) - answer - fixed)
+        # What the summarizer's window holds besides the part: the prefix, the instruction
+        # and the answer. The part up to the cut is smaller than the request being compacted,
+        # which the run's own model holds, so with that model it is one chunk unless the
+        # request is at the very edge of the window.
+        window = self.summarizer_window(req, summarizer)
+        answer = min(request.max_tokens, window // 16)
+        budget = max(1, window - answer - fixed_tokens(request) - len(INSTRUCTION) // 3)
         for a, b in self.chunks(st, state, start, k, budget):
             if summary is None:
                 # The view itself up to the cut: the prefix an earlier call sent.
