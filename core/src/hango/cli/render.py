@@ -113,7 +113,9 @@ def retry_line(retry: ProviderRetry) -> str:
 
 
 def _k(tokens: int) -> str:
-    return f"{tokens / 1000:.0f}k" if tokens >= 1000 else str(tokens)
+    if tokens < 1000:
+        return str(tokens)
+    return f"{tokens / 1000:.1f}k" if tokens < 10_000 else f"{tokens / 1000:.0f}k"
 
 
 def compacted_line(event: ContextCompacted) -> str:
