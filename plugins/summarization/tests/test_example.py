@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import anyio
 import pytest
@@ -31,6 +32,18 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "summarization"
 AGENT = str(EXAMPLE / "agent.toml")
 PROMPT = "Check the maintenance log."
 LINE = re.compile(r"^context compacted: [\d.]+k? -> [\d.]+k? tokens \((\w+)\)$", re.M)
+
+
+def start(cli: HangoCli, out: TextIO, *args: str) -> subprocess.Popen[str]:
+    """``hango ARGS`` in ``cli``'s folder, its output going to the file ``out``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "hango", *args],
+        cwd=cli.cwd,
+        env=cli.environment({"COLUMNS": "200"}),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_the_cli_run_compacts_at_least_twice_with_summaries(tmp_path: Path) -> None:
@@ -68,14 +81,7 @@ async def test_a_kill_after_the_first_summary_resumes_and_runs_show_marks_the_ra
     cli = HangoCli(tmp_path)
     log = tmp_path / "run.out"
     with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hango", "run", "--agent", AGENT, PROMPT],
-            cwd=tmp_path,
-            env=cli.environment({"COLUMNS": "200"}),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        proc = start(cli, out, "run", "--agent", AGENT, PROMPT)
         # The line is printed after the summary was saved: kill the process right there.
         with anyio.fail_after(60):
             while "tokens (summary)" not in log.read_text():
