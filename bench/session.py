@@ -1,0 +1,171 @@
+"""A long session with and without hango-summarization: the 500th run against the 10th::
+
+    uv run python -m bench.session                 # 500 runs, SQLite
+    uv run python -m bench.session --runs 200 --window 3000
+
+``--runs`` runs, one after the other, in ONE session, through the ``Harness``: a model that
+calls one tool, then answers (1 tool call and 2 model turns a run, 4 messages), decided from
+the request's last message, so the model costs the same at any history length. It reports the
+input tokens it is sent as a provider does (about a character in four), so the middleware
+plans with real numbers; it answers summary requests itself.
+
+Two stacks, alternating run by run in two sessions so drift on a shared machine hits both:
+``none`` (an empty stack: every run loads and sends the whole session) and ``summarization``
+(hango-summarization with a ``--window``-token context window, so compaction recurs).
+
+Per run: its wall time and its process CPU time (``start`` + ``execute``: the harness's own
+time, the model answering at once; CPU time leaves out the waits on the disk, which a shared
+machine makes noisy) and the input tokens of every request it sent (summary calls included).
+Reported: the median of runs 6-15 (the 10th), of the last ten (the 500th), and their ratio,
+per stack. The goal (issue 26): at most 1.3x on both with summarization.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hango import AgentDefinition, Harness, RunStatus, TextBlock, ToolRegistry, tool
+from hango.provider.events import (
+    MessageStop,
+    StreamEvent,
+    TextDelta,
+    ToolInputDelta,
+    ToolUseStart,
+    ToolUseStop,
+)
+from hango.provider.messages import Request, StopReason, Usage
+from hango.store import open_store
+from hango_summarization import Settings, SummarizationMiddleware
+from hango_summarization.history import tokens
+
+AGENT = AgentDefinition(name="bench", model="scripted:inline", max_turns=10)
+ANSWER = "Here is what I found. " * 9  # about 200 characters
+
+
+class OneCallModel:
+    """Calls ``work`` once, then answers; answers a summary request with a summary. Keeps the
+    input tokens of each request in ``sent``."""
+
+    name = "one-call"
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        size = tokens(request.messages) + sum(len(b.text) for b in request.system) // 4
+        self.sent += size
+        usage = Usage(size, 10)
+        last = request.messages[-1]
+        block = last.content[-1]
+        if isinstance(block, TextBlock) and block.text.startswith("<summarize>"):
+            yield TextDelta(0, "The user asked questions; each was answered with one work call.")
+            yield MessageStop(StopReason.END_TURN, usage)
+            return
+        if last.tool_results:
+            yield TextDelta(0, ANSWER)
+            yield MessageStop(StopReason.END_TURN, usage)
+            return
+        yield ToolUseStart(0, f"call_{uuid.uuid4().hex[:12]}", "work")
+        yield ToolInputDelta(0, '{"label": "a"}')
+        yield ToolUseStop(0)
+        yield MessageStop(StopReason.TOOL_USE, usage)
+
+
+@tool
+async def work(label: str) -> str:
+    """Do one unit of work.
+
+    Args:
+        label: which one.
+    """
+    return ANSWER
+
+
+async def session(
+    url: str, runs: int, stacks: dict[str, Callable[[], list[Any]]]
+) -> dict[str, Any]:
+    """Seconds and request tokens per run (index 0 is run 1), per stack."""
+    out: dict[str, dict[str, list[float]]] = {
+        n: {"seconds": [], "cpu": [], "tokens": []} for n in stacks
+    }
+    async with await open_store(url) as store:
+        harnesses = {}
+        models = {}
+        for name, make in stacks.items():
+            models[name] = OneCallModel()
+            harnesses[name] = Harness(
+                store,
+                tenant_id=uuid.uuid4(),
+                model=models[name],
+                stack=lambda _config, make=make: make(),  # type: ignore[misc]
+                tools=ToolRegistry([work]),
+                settings={},
+            )
+        sessions: dict[str, uuid.UUID | None] = dict.fromkeys(stacks)
+        for k in range(1, runs + 1):
+            for name, harness in harnesses.items():
+                model = models[name]
+                model.sent = 0
+                start, cpu = time.perf_counter(), time.process_time()
+                run = await harness.start(AGENT, f"question {k}", session_id=sessions[name])
+                finished = await harness.execute(run.id)
+                out[name]["seconds"].append(time.perf_counter() - start)
+                out[name]["cpu"].append(time.process_time() - cpu)
+                out[name]["tokens"].append(model.sent)
+                if finished.status is not RunStatus.COMPLETED:
+                    raise SystemExit(f"{name} run {k} {finished.status.value}: {finished.error}")
+                sessions[name] = run.session_id
+    return out
+
+
+def summary(values: list[float]) -> tuple[float, float, float]:
+    tenth = statistics.median(values[5:15])
+    last = statistics.median(values[-10:])
+    return tenth, last, last / tenth
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=500)
+    # 2,000 tokens: the session compacts about every 5 runs, so by the 10th run it is in the
+    # steady state the 500th is in.
+    parser.add_argument("--window", type=int, default=2000, help="the context window, tokens")
+    args = parser.parse_args()
+    if args.runs < 20:
+        raise SystemExit("--runs must be at least 20 (the 10th run is the median of runs 6-15)")
+    settings = Settings(context_window=args.window, keep_tokens=args.window // 8)
+    stacks: dict[str, Callable[[], list[Any]]] = {
+        "none": lambda: [],
+        "summarization": lambda: [SummarizationMiddleware(settings)],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'bench.db'}"
+        results = anyio.run(session, url, args.runs, stacks)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"session of {args.runs} runs (4 messages a run), SQLite, window {args.window} tokens; "
+        f"python {platform.python_version()}, load {load:.2f}"
+    )
+    print(f"{'stack':<14} {'':<14} {'run 10':>10} {f'run {args.runs}':>10} {'ratio':>7}")
+    for name, measured in results.items():
+        t10, tn, tr = summary(measured["seconds"])
+        c10, cn, cr = summary(measured["cpu"])
+        k10, kn, kr = summary(measured["tokens"])
+        print(f"{name:<14} {'time (ms)':<14} {t10 * 1e3:>10.2f} {tn * 1e3:>10.2f} {tr:>6.2f}x")
+        print(f"{'':<14} {'cpu (ms)':<14} {c10 * 1e3:>10.2f} {cn * 1e3:>10.2f} {cr:>6.2f}x")
+        print(f"{'':<14} {'tokens sent':<14} {k10:>10.0f} {kn:>10.0f} {kr:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
