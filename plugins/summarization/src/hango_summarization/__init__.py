@@ -20,8 +20,10 @@ Installed through the ``hango`` entry point ``summarization``. Settings: the age
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
+from hango import ModelSpecError, ScriptError, model_from_spec
 from hango.middleware import ConfigError, StackConfig, hookimpl
 from hango_summarization.history import cut_points
 from hango_summarization.middleware import (
@@ -93,7 +95,6 @@ OPTIONS_SCHEMA: Final[dict[str, Any]] = {
             "exclusiveMaximum": 1,
         },
     },
-    "not": {"required": ["keep_tokens", "keep_messages"]},
     "additionalProperties": False,
 }
 
@@ -113,15 +114,20 @@ def settings_from(table: Mapping[str, Any]) -> Settings:
 
 @hookimpl
 def hango_middleware(config: StackConfig) -> SummarizationMiddleware:
-    """The summarization middleware for the agent's ``[options.summarization]`` table.
-    Raises ``ConfigError`` naming the agent file when the summarizer's spec is unusable."""
-    settings = settings_from(config.options(SummarizationMiddleware.name))
+    """The summarization middleware for the agent's ``[options.summarization]`` table (the
+    schema has checked each key). Raises ``ConfigError`` naming the agent file and the key
+    when ``keep_tokens`` and ``keep_messages`` are both set, or the summarizer's spec names
+    no usable model (``scripted:`` paths are relative to the agent file)."""
+    table = config.options(SummarizationMiddleware.name)
+    where = f"{config.source}: [options.{SummarizationMiddleware.name}]"
+    if "keep_tokens" in table and "keep_messages" in table:
+        raise ConfigError(f"{where}: keep_tokens and keep_messages exclude each other; set one")
+    settings = settings_from(table)
     summarizer = None
     if settings.model is not None:
-        from hango import ModelSpecError, model_from_spec
-
+        base_dir = None if config.base_dir is None else Path(config.base_dir)
         try:
-            summarizer = model_from_spec(settings.model)
-        except ModelSpecError as exc:
-            raise ConfigError(f"{config.source}: [options.summarization].model: {exc}") from None
+            summarizer = model_from_spec(settings.model, base_dir=base_dir)
+        except (ModelSpecError, ScriptError) as exc:
+            raise ConfigError(f"{where}.model: {exc}") from None
     return SummarizationMiddleware(settings, summarizer=summarizer)

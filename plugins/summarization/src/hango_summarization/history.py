@@ -15,6 +15,7 @@ always opens with the user's turn and alternates from there.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -118,14 +119,13 @@ def placeholder(tool: str, result: ToolResultBlock) -> str:
 
 
 def offloaded_path(content: str) -> str | None:
-    """The file path of a result hango-filesystem offloaded (its result names the file it
-    wrote, as ``saved to <path>``), or None."""
-    marker = "saved to "
-    at = content.find(marker)
-    if at < 0:
-        return None
-    rest = content[at + len(marker) :].split()
-    return rest[0].strip("`'\".,;:()") if rest else None
+    """The file path of a result hango-filesystem offloaded (its preview says ``It is saved
+    in full at <path>:``), or None."""
+    found = _SAVED.search(content)
+    return found.group(1) if found else None
+
+
+_SAVED = re.compile(r"saved (?:in full )?(?:at|to) (/\S*?)[:,;.]?(?:\s|$)")
 
 
 def head(goal: str | None, summary: str, covered: int) -> Message:

@@ -45,7 +45,6 @@ from hango import (
     ModelError,
     ModelResponse,
     Request,
-    model_from_spec,
 )
 from hango.middleware import (
     ModelHandler,
@@ -164,8 +163,8 @@ def too_long(error: ModelError) -> bool:
 
 class SummarizationMiddleware:
     """Compacts long histories per call; ``settings`` as validated from
-    ``[options.summarization]``. ``summarizer`` is the model for summaries (default: the
-    ``model`` setting's spec, else the run's model)."""
+    ``[options.summarization]``. ``summarizer`` is the model for summaries (the hook builds
+    it from the ``model`` setting's spec; default: the run's model)."""
 
     name = "summarization"
     # The record belongs to the session: the next run goes on from the last compaction.
@@ -193,8 +192,7 @@ class SummarizationMiddleware:
         return self.settings.keep_tokens or max(1, self.window(model) // 10)
 
     def summarizer(self, req: ModelRequest) -> Model | None:
-        if self._summarizer is None and self.settings.model:
-            self._summarizer = model_from_spec(self.settings.model)
+        """The summarizer: the one given, else the run's model."""
         return self._summarizer or req.model
 
     # -- the call ------------------------------------------------------------------------
