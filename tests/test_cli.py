@@ -289,7 +289,8 @@ def test_ctrl_c_in_a_terminal_saves_cancelled_and_resume_finishes(
         [[turns]]
         text = "Finished."
         """,
-        extra='tools = ["slow_tools:note", "slow_tools:slow"]\n',
+        # One at a time: note b waits behind slow, so Ctrl-C leaves it unrun.
+        extra='tools = ["slow_tools:note", "slow_tools:slow"]\nmax_tool_concurrency = 1\n',
     )
     env = os.environ | {"HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"}
     pid, fd = pty.fork()

@@ -19,6 +19,8 @@ listed, with one line, in docs/reference/api.md.
   ``HistoryMark`` / ``mark_history`` (where the session's history loads from, after a
   compaction).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
+- Structured output: ``proposed_output`` (what a response offers as the run's output),
+  ``reject_output`` (an output validator's refusal, with the reason), ``FINAL_ANSWER``.
 - Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
   ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
@@ -53,6 +55,7 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
+from hango.agent.output import FINAL_ANSWER, proposed_output, reject_output
 from hango.agent.state import (
     STATE_SCOPES,
     HistoryMark,
@@ -85,6 +88,7 @@ from hango.telemetry import (
 __all__ = [
     "DECISIONS",
     "ERROR_TYPE",
+    "FINAL_ANSWER",
     "MODEL_CALL_PURPOSES",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
@@ -128,8 +132,10 @@ __all__ = [
     "int_setting",
     "load_private",
     "mark_history",
+    "proposed_output",
     "provider_name",
     "record",
+    "reject_output",
     "replace_lone_surrogates",
     "storable_result",
     "store_private",

@@ -42,7 +42,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from typing import Any
 
 import anyio
-import anyio.abc
 import attrs
 import jsonschema
 from attrs import field, frozen
@@ -285,20 +284,38 @@ _NOT_RUN = ToolResult("Not run: the run ended because its output stayed invalid.
 
 
 class _Start:
-    """Tells ``run_batch`` that a call of a concurrent batch is under way (its tool runs, or
-    it ended without one), so the next call may begin: calls begin in call order."""
+    """The turn of one call of a concurrent batch: it begins once the call before it
+    (``prev``) is under way (its tool runs, or it ended without one), so the chain sees the
+    calls in call order on asyncio and trio alike; ``fire`` lets the next one begin."""
 
-    __slots__ = ("_fired", "_status")
+    __slots__ = ("_event", "fired", "prev")
 
-    def __init__(self, status: anyio.abc.TaskStatus[None] | None = None) -> None:
-        self._status = status
-        self._fired = False
+    def __init__(self, prev: _Start | None = None) -> None:
+        self.prev = prev
+        self.fired = False
+        self._event: anyio.Event | None = None  # made only when a successor has to wait
+
+    async def wait_turn(self) -> None:
+        prev, self.prev = self.prev, None
+        if prev is not None and not prev.fired:
+            if prev._event is None:
+                prev._event = anyio.Event()
+            await prev._event.wait()
 
     def fire(self) -> None:
-        if not self._fired:
-            self._fired = True
-            if self._status is not None:
-                self._status.started()
+        if not self.fired:
+            self.fired = True
+            if self._event is not None:
+                self._event.set()
+
+
+async def _take(semaphore: anyio.Semaphore) -> None:
+    """Acquire ``semaphore``, without a trip through the event loop when it is free (a batch
+    of instant calls would otherwise pay one per acquire)."""
+    try:
+        semaphore.acquire_nowait()
+    except anyio.WouldBlock:
+        await semaphore.acquire()
 
 
 class _Batch:
@@ -446,7 +463,11 @@ class AgentLoop:
 
     def _problem(self, value: JSON, response: ModelResponse) -> str | None:
         assert self._check is not None
-        problem = self._check.problem(value)
+        check, asked = self._check, self._asked
+        if asked is not None and asked.schema is not check.schema:
+            # A wrapper rewrote the schema for this call: the answer is held to what was asked.
+            check = OutputCheck(asked.schema, self.settings.output_type)
+        problem = check.problem(value)
         if problem is None and response.output_error is not None:
             problem = response.output_error
         return problem
@@ -604,13 +625,15 @@ class AgentLoop:
                     for call in group:
                         await self._one(call, tools, batch, answered, _Start())
                     continue
+                limited = len(group) > self.settings.max_tool_concurrency
                 try:
                     async with anyio.create_task_group() as tg:
+                        turn: _Start | None = None
                         for call in group:
-                            # Each call begins once the one before it runs its tool (or
-                            # ended): the chain sees the calls in call order, on asyncio and
-                            # trio alike.
-                            await tg.start(self._one_task, call, tools, batch, answered)
+                            turn = _Start(turn)
+                            tg.start_soon(
+                                self._one, call, tools, batch, answered, turn, limited
+                            )
                 except BaseExceptionGroup as failure:
                     # A tool's own failure is its error result, so this is a middleware's
                     # or the store's: the caller gets it as from a call run alone.
@@ -621,17 +644,6 @@ class AgentLoop:
             self.state.scratch.clear()
         return batch.paused
 
-    async def _one_task(
-        self,
-        call: ToolUseBlock,
-        tools: Mapping[str, Tool],
-        batch: _Batch,
-        answered: Mapping[str, ToolResult] | None,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        await self._one(call, tools, batch, answered, _Start(task_status))
-
     async def _one(
         self,
         call: ToolUseBlock,
@@ -639,11 +651,21 @@ class AgentLoop:
         batch: _Batch,
         answered: Mapping[str, ToolResult] | None,
         start: _Start,
+        limited: bool = False,
     ) -> None:
         """One call of ``batch``: run it, or, after a pause in the batch, ask whether it would
-        pause too (putting every question of the batch in one round of decisions)."""
+        pause too (putting every question of the batch in one round of decisions).
+        ``limited``: the batch has more calls than may run at once (take the limiter)."""
         try:
-            await self._call_in_batch(call, tools, batch, answered, start)
+            await start.wait_turn()
+            if not limited:
+                await self._call_in_batch(call, tools, batch, answered, start)
+                return
+            await _take(batch.limiter)
+            try:
+                await self._call_in_batch(call, tools, batch, answered, start)
+            finally:
+                batch.limiter.release()
         finally:
             start.fire()
 
@@ -655,36 +677,45 @@ class AgentLoop:
         answered: Mapping[str, ToolResult] | None,
         start: _Start,
     ) -> None:
-        state = self.state
         if answered and call.id in answered:
             await self.emit(ToolCallStarted(call))
             await self.emit(ToolCallFinished(call, answered[call.id]))
             return
-        async with batch.limiter, batch.lock:
-            batch.current = start
-            if batch.paused:
-                pause = await self._would_pause(call, tools)
-                if pause is not None:
-                    state.interrupts.ask(pause.action)
-                    batch.paused.append(pause.action)
-                    await self.emit(InterruptRaised(pause.action))
-                return
-            await self.emit(ToolCallStarted(call))
-            todos_before = state.todos
-            outcome = await self._run_call(call, tools)
-            if isinstance(outcome, Interrupt):
-                state.interrupts.ask(outcome.action)
-                batch.paused.append(outcome.action)
-                await self.emit(InterruptRaised(outcome.action))
-                return
-            content = storable_result(outcome.content, self.settings.max_result_chars)
-            _add_result(state.messages, ToolResultBlock(call.id, content, outcome.is_error))
-            state.interrupts.finish(call.id)
-            await self.checkpoint()
-            await self.emit(ToolCallFinished(call, outcome))
-            if state.todos is not todos_before:
-                telemetry.record_todos(t.status for t in state.todos)
-                await self.emit(TodosUpdated(tuple(state.todos)))
+        await _take(batch.lock)
+        try:
+            await self._locked(call, tools, batch, start)
+        finally:
+            batch.lock.release()
+
+    async def _locked(
+        self, call: ToolUseBlock, tools: Mapping[str, Tool], batch: _Batch, start: _Start
+    ) -> None:
+        """The call, with the batch lock held (released while its tool runs)."""
+        state = self.state
+        batch.current = start
+        if batch.paused:
+            pause = await self._would_pause(call, tools)
+            if pause is not None:
+                state.interrupts.ask(pause.action)
+                batch.paused.append(pause.action)
+                await self.emit(InterruptRaised(pause.action))
+            return
+        await self.emit(ToolCallStarted(call))
+        todos_before = state.todos
+        outcome = await self._run_call(call, tools)
+        if isinstance(outcome, Interrupt):
+            state.interrupts.ask(outcome.action)
+            batch.paused.append(outcome.action)
+            await self.emit(InterruptRaised(outcome.action))
+            return
+        content = storable_result(outcome.content, self.settings.max_result_chars)
+        _add_result(state.messages, ToolResultBlock(call.id, content, outcome.is_error))
+        state.interrupts.finish(call.id)
+        await self.checkpoint()
+        await self.emit(ToolCallFinished(call, outcome))
+        if state.todos is not todos_before:
+            telemetry.record_todos(t.status for t in state.todos)
+            await self.emit(TodosUpdated(tuple(state.todos)))
 
     async def _run_call(
         self, call: ToolUseBlock, tools: Mapping[str, Tool]
@@ -772,7 +803,7 @@ class AgentLoop:
         finally:
             # Shielded: a cancelled call must hold the lock again before its chain unwinds.
             with anyio.CancelScope(shield=True):
-                await batch.lock.acquire()
+                await _take(batch.lock)
 
     # -- saving and ending ---------------------------------------------------------------------
 

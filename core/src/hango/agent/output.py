@@ -10,7 +10,9 @@ sees (and may rewrite) the abstract spec and the provider only the concrete requ
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -45,10 +47,17 @@ class OutputSchemaError(ValueError):
 
 
 def schema_of(output_type: type) -> dict[str, Any]:
-    """The JSON Schema of ``output_type``: a pydantic model, a dataclass or an attrs class.
+    """The JSON Schema of ``output_type``: a pydantic model, a dataclass or an attrs class
+    (a fresh copy; made once per type).
 
     Raises ``OutputSchemaError`` for any other type or one pydantic cannot describe.
     """
+    return copy.deepcopy(_schema_of(output_type))
+
+
+@functools.cache
+def _schema_of(output_type: type) -> dict[str, Any]:
+    # Generating a schema takes pydantic milliseconds; an agent's is asked for on every run.
     try:
         if isinstance(output_type, type) and issubclass(output_type, pydantic.BaseModel):
             return output_type.model_json_schema()
@@ -75,13 +84,21 @@ def schema_of(output_type: type) -> dict[str, Any]:
 def check_schema(schema: Mapping[str, Any]) -> None:
     """Raise ``OutputSchemaError`` unless ``schema`` is a valid JSON Schema of an object: a
     final-answer tool's arguments and every provider's native output are objects."""
+    if schema.get("type") != "object":
+        raise OutputSchemaError('must describe an object (type = "object")')
+    _check_document(json.dumps(schema, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=256)
+def _check_document(document: str) -> None:
+    # Checking against the metaschema costs milliseconds, and every run of the agent rebuilds
+    # its definition from the stored JSON: once per distinct schema is enough.
+    schema = json.loads(document)
     cls = jsonschema.validators.validator_for(schema)
     try:
         cls.check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
         raise OutputSchemaError(f"not a valid JSON Schema: {exc.message}") from None
-    if schema.get("type") != "object":
-        raise OutputSchemaError('must describe an object (type = "object")')
 
 
 def strictable(schema: Mapping[str, Any]) -> bool:

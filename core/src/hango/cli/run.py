@@ -116,6 +116,8 @@ def _summary(finished: RunFinished, run: RunRecord, answer: str | None) -> dict[
             "unknown_calls": finished.usage.unknown_calls,
         },
         "answer": answer,
+        # The validated structured output of an agent that declares one (else null).
+        "output": finished.output,
         "pending": pending_json(finished.pending),
     }
 
@@ -184,6 +186,9 @@ async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: 
         console.print_json(json.dumps(_summary(finished, run, answer)))
     elif output == "text" and finished.pending:
         print_pending(console, run.id, finished.pending, resume.db_option)
+    elif output == "text" and finished.output is not None:
+        console.print("output:", style="bold")
+        console.print_json(json.dumps(finished.output, ensure_ascii=False))
     if finished.status is RunStatus.SUSPENDED:
         return SUSPENDED_EXIT
     if finished.status is RunStatus.FAILED:

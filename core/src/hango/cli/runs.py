@@ -65,6 +65,8 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "model": r.config.get("model"),
         "base_url": r.config.get("base_url"),
         "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
+        # The validated structured output, once the run has one (agents with output_schema).
+        "output": r.state.get("output") if isinstance(r.state, dict) else None,
     }
 
 

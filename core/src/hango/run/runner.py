@@ -184,7 +184,8 @@ class Harness:
                 "queued": status is RunStatus.QUEUED,
             },
         )
-        if not agent.portable:
+        if not agent.portable or agent.output_type is not None:
+            # Only this process can continue it, or return its output as the agent's type.
             self._live[run.id] = agent
         return run
 

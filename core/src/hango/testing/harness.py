@@ -116,6 +116,11 @@ class RecordingModel:
         if name is not None:
             self.name = name
 
+    @property
+    def native_output(self) -> bool:
+        """The inner model's (see ``hango.agent.output.prefers_native``)."""
+        return bool(getattr(self.inner, "native_output", False))
+
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         self.requests.append(request)
         if self.strict:

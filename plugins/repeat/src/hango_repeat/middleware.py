@@ -62,7 +62,9 @@ class RepeatCallMiddleware:
         if before + 1 < self.threshold:
             result = await next(req)
             # Counted once it has a result: a call cut short by a cancel gave the model
-            # nothing to reuse, so calling it again after a resume is not a repeat.
+            # nothing to reuse, so calling it again after a resume is not a repeat. Loaded
+            # again: sibling calls of a concurrent batch may have counted meanwhile.
+            seen, _ = load_private(req.state, self.name, RepeatCounts)
             self._count(req.state, seen, key)
             return result
         self._count(req.state, seen, key)
