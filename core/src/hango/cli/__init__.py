@@ -37,9 +37,25 @@ from hango.store.base import IdKind
 
 T = TypeVar("T")
 
+
+class _Console(Console):
+    """rich's Console, except that a closed output (``hango run ... | head -1``) is not an
+    error: ``closed`` is set and later writes go to the null device (rich's own handling
+    raises ``SystemExit(1)`` from whatever was printing, which would fail the run). The
+    command that prints checks ``closed`` and stops the run (saved as cancelled)."""
+
+    closed = False
+
+    def on_broken_pipe(self) -> None:
+        self.closed = True
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.file.fileno())
+
+
 # emoji=False: rich would print a tool path "x:smile:y" or a model's ":b:" as emoji.
-console = Console(highlight=False, emoji=False)
-err_console = Console(stderr=True, highlight=False, emoji=False)
+console = _Console(highlight=False, emoji=False)
+err_console = _Console(stderr=True, highlight=False, emoji=False)
 
 #: Exceptions that are the user's to fix: shown as one line, never a traceback.
 USER_ERRORS = (

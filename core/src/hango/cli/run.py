@@ -52,7 +52,7 @@ from hango.config import (
     Config,
 )
 from hango.provider.errors import ModelSpecError
-from hango.provider.messages import Message
+from hango.provider.messages import Message, Usage
 from hango.run import Decided, Harness
 from hango.store import RunStore, SessionBusy, StoreError, open_store
 from hango.store.base import RunRecord
@@ -130,37 +130,59 @@ def _hint(words: str, command: str) -> None:
 
 
 async def _jsonl(event: Event) -> None:
-    sys.stdout.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        console.on_broken_pipe()
 
 
 async def _quiet(_: Event) -> None:
     return None
 
 
+#: Exit codes of a run cancelled by a signal (128 + the signal's number, as shells report).
+_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
 async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: _Resume) -> int:
-    """Execute ``run``, showing its events as ``output`` asks; returns the exit code."""
+    """Execute ``run``, showing its events as ``output`` asks; returns the exit code.
+
+    Ctrl-C or SIGTERM cancels the run (the harness saves it as cancelled); a closed output
+    (``| head``) does too, quietly. Either way the run's saved status decides what is printed
+    and the exit code, so a signal that lands after the run was saved completed still reports
+    it completed, and ``--json`` / ``--jsonl`` always end with the run's summary."""
     finished: RunFinished | None = None
     failure: Exception | None = None
     last: Message | None = None  # the last assistant message: the answer once the run completes
+    stopped_by: list[signal.Signals] = []
     renderer = Renderer(console)
     show = {"text": renderer.event, "json": _quiet, "jsonl": _jsonl}[output]
+    stop = anyio.CancelScope()  # replaced by the task group's scope below
 
     async def emit(event: Event) -> None:
         nonlocal last
         if isinstance(event, MessageCompleted):
             last = event.message
-        await show(event)
+        if not console.closed:
+            await show(event)
+            if console.closed:  # the reader went away: stop the run, quietly
+                stop.cancel()
 
-    # Ctrl-C or SIGTERM cancels the run's scope: the harness saves it as cancelled.
+    # Once the run is saved, a late Ctrl-C or SIGTERM must not cut the report short: these
+    # handlers take over when the receiver below gives the signals back.
+    for signum in _SIGNAL_EXIT:
+        signal.signal(signum, lambda received, _: stopped_by.append(signal.Signals(received)))
     with (
         renderer if output == "text" else contextlib.nullcontext(),
         anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
     ):
         async with anyio.create_task_group() as tg:
+            stop = tg.cancel_scope
 
             async def on_signal() -> None:
-                async for _ in signals:
+                async for signum in signals:
+                    stopped_by.append(signal.Signals(signum))
                     tg.cancel_scope.cancel()
                     return
 
@@ -179,8 +201,41 @@ async def _execute(harness: Harness, run: RunRecord, *, output: Output, resume: 
     if failure is not None:
         raise failure
     if finished is None:
-        _hint("cancelled; resume with:", resume.command(run.id))
-        return 130
+        finished = await _saved(harness, run.id)
+    code = _report(finished, run, last, output=output, resume=resume)
+    if finished.status is RunStatus.CANCELLED:
+        if output == "jsonl":
+            await _jsonl(finished)
+        if not console.closed or output == "text":
+            _hint("cancelled; resume with:", resume.command(run.id))
+        return _SIGNAL_EXIT.get(stopped_by[0], 130) if stopped_by else 130
+    return code
+
+
+async def _saved(harness: Harness, run_id: uuid.UUID) -> RunFinished:
+    """The run as saved, as a ``RunFinished``: what a cancelled ``execute`` left in the store
+    (cancelled, or completed when the signal landed after the last save)."""
+    from hango.agent.state import load_state
+    from hango.cli.decisions import pending_of
+
+    record = await harness.store.get_run(harness.tenant_id, run_id)
+    usage = (
+        load_state(record.state).usage if isinstance(record.state, dict) and record.state else None
+    )
+    return RunFinished(
+        run_id,
+        record.status,
+        record.stop_reason,
+        record.error,
+        usage if usage is not None else Usage(),
+        tuple(pending_of(record.state) or ()) if record.status is RunStatus.SUSPENDED else (),
+    )
+
+
+def _report(
+    finished: RunFinished, run: RunRecord, last: Message | None, *, output: Output, resume: _Resume
+) -> int:
+    """Print how the run ended as ``output`` asks; the exit code."""
     if output == "json":
         answer = last.text if last and finished.status is RunStatus.COMPLETED else None
         console.print_json(json.dumps(_summary(finished, run, answer)))

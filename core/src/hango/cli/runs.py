@@ -40,7 +40,7 @@ from hango.config import (
     Config,
 )
 from hango.convert import message_to_json
-from hango.store import RunStore, open_store
+from hango.store import RunStore, StoreError, open_store
 from hango.store.base import RunRecord
 
 
@@ -71,8 +71,16 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
 
 
 async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
+    """Agent id -> name; ``?`` for an agent row that does not read (one bad row never hides
+    the other runs)."""
     tenant = Config.from_env().tenant_id
-    return {a: (await store.get_agent(tenant, a)).name for a in {r.agent_id for r in records}}
+    names = {}
+    for agent_id in {r.agent_id for r in records}:
+        try:
+            names[agent_id] = (await store.get_agent(tenant, agent_id)).name
+        except StoreError:
+            names[agent_id] = "?"
+    return names
 
 
 async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
@@ -81,7 +89,11 @@ async def _prompts(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.U
     tenant = Config.from_env().tenant_id
     out = {}
     for r in records:
-        message = await store.load_message(tenant, r.session_id, r.message_start)
+        try:
+            message = await store.load_message(tenant, r.session_id, r.message_start)
+        except StoreError as exc:
+            out[r.id] = f"({exc})"
+            continue
         out[r.id] = message.text if message is not None else ""
     return out
 
@@ -92,8 +104,20 @@ SHORT_ID = 8
 
 #: Width of the started column (local time, minutes) and of the longest status word.
 _STARTED = len("2026-01-01 00:00")
-_STATUS = max(len(s.value) for s in RunStatus)
+_STATUS = max(len("unreadable"), *(len(s.value) for s in RunStatus))
 _AGENT = 16
+
+
+#: The status shown for a run whose row does not decode (its prompt column says why).
+UNREADABLE = "unreadable"
+
+
+def _shown(r: RunRecord, prompts: dict[uuid.UUID, str]) -> tuple[str, str]:
+    """The status and prompt columns of ``r``: for a row that does not decode, ``unreadable``
+    and what is wrong with it."""
+    if r.problem is not None:
+        return UNREADABLE, r.problem
+    return r.status.value, prompts[r.id]
 
 
 def _print_table(
@@ -114,16 +138,15 @@ def _print_table(
         table.add_column(name, no_wrap=True, width=width, overflow="ellipsis")
     table.add_column("prompt", no_wrap=True, width=prompt_width, overflow="ellipsis")
     for r in records:
-        style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(
-            r.status.value, ""
-        )
+        status, prompt = _shown(r, prompts)
+        style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(status, "red")
         table.add_row(
             str(r.id)[:prefix],
             names[r.agent_id],
             str(r.session_id)[:prefix],
             r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
-            Text(r.status.value, style=style),
-            clip_line(prompts[r.id], prompt_width),
+            Text(status, style=style),
+            clip_line(prompt, prompt_width),
         )
     console.print(table, crop=True)
 
@@ -151,7 +174,8 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
             await store.aclose()
         if as_json:
             rows = [
-                _run_json(r) | {"agent": names[r.agent_id], "prompt": prompts[r.id]}
+                _run_json(r)
+                | {"agent": names[r.agent_id], "prompt": prompts[r.id], "problem": r.problem}
                 for r in records
             ]
             console.print_json(json.dumps(rows))
@@ -165,9 +189,9 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
             # Piped: plain, complete, one run per line, tab-separated (full ids, whole prompt
             # line), for grep, cut and awk; --json for anything more.
             for r in records:
-                prompt = clip_line(prompts[r.id], 10**6)
+                status, prompt = _shown(r, prompts)
                 row = (str(r.id), names[r.agent_id], str(r.session_id), r.created_at.isoformat(),
-                       r.status.value, prompt)  # fmt: skip
+                       status, clip_line(prompt, 10**6))  # fmt: skip
                 sys.stdout.write("\t".join(row) + "\n")
 
     run_async(main_)
@@ -250,11 +274,18 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
             elif kind == "tool_result":
                 for line in tool_result_lines(block.content, block.is_error):
                     console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
-    if isinstance(record.state, dict) and record.state:
-        try:
-            todos = load_state(record.state).todos
-        except StateError as exc:
-            console.print(f"state: {exc}", markup=False, style="red")
-            return
-        if todos:
-            console.print(checklist(todos))
+    if record.state == {}:
+        return
+    try:
+        todos = load_state(record.state).todos
+    except StateError as exc:
+        console.print(f"state: {exc}", markup=False, style="red", soft_wrap=True)
+        if record.status is RunStatus.SUSPENDED:
+            console.print(
+                "its pending tool calls cannot be read until the state is repaired",
+                markup=False,
+                style="red",
+            )
+        return
+    if todos:
+        console.print(checklist(todos))

@@ -10,15 +10,17 @@ import contextlib
 import datetime as dt
 import json
 import uuid
-from collections.abc import Collection, Sequence
-from typing import Any, Literal, Protocol, TypeAlias
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from hango.agent.events import RunStatus
 from hango.agent.storable import replace_lone_surrogates
 from hango.convert import message_from_json
 from hango.provider.messages import JSON, Message, StopReason
+
+_V = TypeVar("_V")
 
 #: What ``RunStore.ids_between`` looks up.
 IdKind: TypeAlias = Literal["run", "session"]
@@ -89,7 +91,8 @@ class AgentRecord:
 @frozen
 class RunRecord:
     """A run row. ``message_start`` is the session index of the run's user message;
-    ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode);
+    ``state`` is the decoded ``runs.state_json`` (or the raw text if it does not decode: that
+    is ``load_state``'s to report);
     ``version`` increments on every save. ``config`` is what the run was started with
     (``runs.config_json``): ``{"stack": [{"name", "distribution", "version"}, ...], "model":
     SPEC, "base_url": URL | None, "queued": bool}`` (``queued``: started for workers), ``{}`` for
@@ -111,6 +114,91 @@ class RunRecord:
     lease_owner: str | None = None
     lease_expires_at: dt.datetime | None = None
     config: dict[str, Any] = field(factory=dict)
+    #: What in the row does not decode (``"runs.config_json: not a JSON object (a list)"``),
+    #: the column replaced by a neutral value; None for a sound row. ``list_runs`` returns such
+    #: rows so one bad row never hides the others; ``get_run`` raises ``CorruptRow``.
+    problem: str | None = None
+
+
+class CorruptRow(StoreError):
+    """A stored row that does not decode; the message names the run (or agent), the column
+    and what is wrong with it."""
+
+
+def run_from_row(row: Mapping[str, Any]) -> RunRecord:
+    """A ``RunRecord`` from a ``runs`` row, as SQLite (text ids, times and JSON) or PostgreSQL
+    (typed values) returns it. Every column is decoded on its own: one that does not decode is
+    named in ``problem`` and replaced (a nil UUID, the epoch, ``{}``), so the row can still be
+    listed."""
+    problems: list[str] = []
+
+    def column(name: str, convert: Callable[[Any], _V], neutral: _V) -> _V:
+        try:
+            return convert(row[name])
+        except (ValueError, TypeError, KeyError) as exc:
+            problems.append(f"runs.{name}: {exc}")
+            return neutral
+
+    def as_uuid(value: Any) -> uuid.UUID:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+    def as_time(value: Any) -> dt.datetime:
+        return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)
+
+    def as_json(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"not JSON ({exc})") from None
+
+    def as_object(value: Any) -> dict[str, Any]:
+        decoded = as_json(value)
+        if not isinstance(decoded, dict):
+            raise TypeError(f"not a JSON object (a {type(decoded).__name__})")
+        return decoded
+
+    def as_state(value: Any) -> JSON:
+        # Kept as it is when it does not decode: loading the state says what is wrong with
+        # it (StateError), and a failed run keeps it for a person to repair.
+        try:
+            return as_json(value)
+        except ValueError:
+            return value
+
+    epoch = dt.datetime.fromtimestamp(0, dt.UTC)
+    nil = uuid.UUID(int=0)
+    record = RunRecord(
+        id=column("id", as_uuid, nil),
+        tenant_id=column("tenant_id", as_uuid, nil),
+        session_id=column("session_id", as_uuid, nil),
+        agent_id=column("agent_id", as_uuid, nil),
+        status=column("status", RunStatus, RunStatus.FAILED),
+        error=row["error"],
+        stop_reason=column("stop_reason", lambda v: StopReason(v) if v else None, None),
+        message_start=row["message_start"],
+        version=row["version"],
+        state=column("state_json", as_state, {}),
+        created_at=column("created_at", as_time, epoch),
+        updated_at=column("updated_at", as_time, epoch),
+        attempts=row["attempts"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=column(
+            "lease_expires_at", lambda v: None if v is None else as_time(v), None
+        ),
+        config=column("config_json", as_object, {}),
+    )
+    if problems:
+        record = evolve(record, problem="; ".join(problems))
+    return record
+
+
+def sound(record: RunRecord, name: uuid.UUID | str) -> RunRecord:
+    """``record``, or ``CorruptRow`` naming run ``name`` and what in its row is wrong."""
+    if record.problem is not None:
+        raise CorruptRow(f"run {name}: {record.problem}")
+    return record
 
 
 @frozen

@@ -50,6 +50,8 @@ from hango.store.base import (
     UnstorableContent,
     agent_id_for,
     message_from_row,
+    run_from_row,
+    sound,
     storable_json,
     storable_text,
 )
@@ -164,27 +166,6 @@ def conninfo(url: str) -> str:
     """A libpq URL for psycopg: ``postgresql+psycopg://`` and ``postgres://`` normalised."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(scheme="postgresql"))
-
-
-def _run(row: DictRow) -> RunRecord:
-    return RunRecord(
-        id=row["id"],
-        tenant_id=row["tenant_id"],
-        session_id=row["session_id"],
-        agent_id=row["agent_id"],
-        status=RunStatus(row["status"]),
-        error=row["error"],
-        stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
-        message_start=row["message_start"],
-        version=row["version"],
-        state=row["state_json"],
-        config=row["config_json"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        attempts=row["attempts"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-    )
 
 
 class PostgresRunStore:
@@ -365,7 +346,7 @@ class PostgresRunStore:
 
         row = await self._retried(f"creating run {run_id}", attempt)
         assert row is not None  # INSERT ... RETURNING returns the row
-        return _run(row)
+        return run_from_row(row)
 
     async def get_run(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> RunRecord:
         row = await self._one(
@@ -375,7 +356,7 @@ class PostgresRunStore:
         )
         if row is None:
             raise NotFound(f"run {run_id} not found")
-        return _run(row)
+        return sound(run_from_row(row), run_id)
 
     async def list_runs(
         self, tenant_id: uuid.UUID, *, limit: int = 50, session_id: uuid.UUID | None = None
@@ -391,7 +372,7 @@ class PostgresRunStore:
                 cur = await conn.execute(query, params)
                 return await cur.fetchall()
 
-        return [_run(r) for r in await self._retried("listing runs", attempt)]
+        return [run_from_row(r) for r in await self._retried("listing runs", attempt)]
 
     async def ids_between(
         self,

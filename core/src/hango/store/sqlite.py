@@ -29,6 +29,7 @@ from hango.redact import redact_url
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
+    CorruptRow,
     IdKind,
     Lease,
     LeaseLost,
@@ -40,6 +41,8 @@ from hango.store.base import (
     agent_id_for,
     corrupt_message,
     message_from_row,
+    run_from_row,
+    sound,
     storable_json,
     storable_text,
     utcnow,
@@ -61,34 +64,6 @@ def sqlite_path(url: str) -> Path:
     if not url.startswith("sqlite:///"):
         raise ValueError(f"not a sqlite URL: {redact_url(url)!r} (expected sqlite:///PATH)")
     return Path(url.removeprefix("sqlite:///"))
-
-
-def _decode_state(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def _run(row: sqlite3.Row) -> RunRecord:
-    return RunRecord(
-        id=uuid.UUID(row["id"]),
-        tenant_id=uuid.UUID(row["tenant_id"]),
-        session_id=uuid.UUID(row["session_id"]),
-        agent_id=uuid.UUID(row["agent_id"]),
-        status=RunStatus(row["status"]),
-        error=row["error"],
-        stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
-        message_start=row["message_start"],
-        version=row["version"],
-        state=_decode_state(row["state_json"]),
-        created_at=dt.datetime.fromisoformat(row["created_at"]),
-        updated_at=dt.datetime.fromisoformat(row["updated_at"]),
-        attempts=row["attempts"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=_parse_time(row["lease_expires_at"]),
-        config=json.loads(row["config_json"]),
-    )
 
 
 def _lease_time(at: dt.datetime) -> str:
@@ -200,7 +175,14 @@ class SqliteRunStore:
         row = await self._call(get)
         if row is None:
             raise NotFound(f"agent {agent_id} not found")
-        return AgentRecord(agent_id, tenant_id, row["name"], json.loads(row["definition"]))
+        try:
+            definition = json.loads(row["definition"])
+        except ValueError as exc:
+            raise CorruptRow(f"agent {agent_id}: agents.definition: not JSON ({exc})") from None
+        if not isinstance(definition, dict):
+            kind = type(definition).__name__
+            raise CorruptRow(f"agent {agent_id}: agents.definition: not a JSON object (a {kind})")
+        return AgentRecord(agent_id, tenant_id, row["name"], definition)
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -283,10 +265,10 @@ class SqliteRunStore:
         ).fetchone()
         if row is None:
             raise NotFound(f"run {run_id} not found")
-        return _run(row)
+        return run_from_row(row)
 
     async def get_run(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> RunRecord:
-        return await self._call(self._get_run, self._conn, tenant_id, run_id)
+        return sound(await self._call(self._get_run, self._conn, tenant_id, run_id), run_id)
 
     async def list_runs(
         self, tenant_id: uuid.UUID, *, limit: int = 50, session_id: uuid.UUID | None = None
@@ -300,7 +282,7 @@ class SqliteRunStore:
         args.append(limit)
 
         def fetch() -> list[RunRecord]:
-            return [_run(r) for r in self._conn.execute(sql, args).fetchall()]
+            return [run_from_row(r) for r in self._conn.execute(sql, args).fetchall()]
 
         return await self._call(fetch)
 
