@@ -18,6 +18,10 @@ time, the model answering at once; CPU time leaves out the waits on the disk, wh
 machine makes noisy) and the input tokens of every request it sent (summary calls included).
 Reported: the median of runs 6-15 (the 10th), of the last ten (the 500th), and their ratio,
 per stack. The goal (issue 26): at most 1.3x on both with summarization.
+
+Then the cost of the middleware on a call that does not compact: a run of 20 tool calls
+through ``run_loop`` without a store (``bench.chain``'s runner), per model call, with no
+middleware, a pass-through wrapper and hango-summarization, and each against none.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 import anyio
 
 from hango import AgentDefinition, Harness, RunStatus, TextBlock, ToolRegistry, tool
+from hango.agent.chain import Chain
 from hango.provider.events import (
     MessageStop,
     StreamEvent,
@@ -129,6 +134,31 @@ async def session(
     return out
 
 
+async def overhead(k: int, repeats: int) -> dict[str, float]:
+    """Seconds per model call of a run of ``k`` tool calls through ``run_loop`` (no store),
+    with no middleware, one pass-through wrapper and hango-summarization (a 200,000-token
+    window: it never compacts); the minimum over ``repeats`` rounds, cases in a new order
+    each round."""
+    import random
+
+    from bench.chain import PassModel, loop_runner
+
+    cases = {
+        "none": loop_runner(k, Chain.build([])),
+        "pass-through": loop_runner(k, Chain.build([PassModel("pass")])),
+        "summarization": loop_runner(
+            k, Chain.build([SummarizationMiddleware(Settings(context_window=200_000))])
+        ),
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeats):
+        for name in random.sample(list(cases), len(cases)):
+            start = time.perf_counter()
+            await cases[name]()
+            best[name] = min(best[name], (time.perf_counter() - start) / (k + 1))
+    return best
+
+
 def summary(values: list[float]) -> tuple[float, float, float]:
     tenth = statistics.median(values[5:15])
     last = statistics.median(values[-10:])
@@ -165,6 +195,11 @@ def main() -> None:
         print(f"{name:<14} {'time (ms)':<14} {t10 * 1e3:>10.2f} {tn * 1e3:>10.2f} {tr:>6.2f}x")
         print(f"{'':<14} {'cpu (ms)':<14} {c10 * 1e3:>10.2f} {cn * 1e3:>10.2f} {cr:>6.2f}x")
         print(f"{'':<14} {'tokens sent':<14} {k10:>10.0f} {kn:>10.0f} {kr:>6.2f}x")
+    per_call = anyio.run(overhead, 20, 30)
+    base = per_call["none"]
+    print("\na model call that does not compact (run_loop, 20 tool calls, no store), us per call:")
+    for name, seconds in per_call.items():
+        print(f"{name:<14} {seconds * 1e6:>8.1f} {seconds / base:>6.2f}x")
 
 
 if __name__ == "__main__":

@@ -173,6 +173,7 @@ class SummarizationMiddleware:
     def __init__(self, settings: Settings | None = None, *, summarizer: Model | None = None):
         self.settings = settings or Settings()
         self._summarizer = summarizer
+        self._decoded: tuple[object, SummarizationState] | None = None
 
     # -- thresholds, per model -----------------------------------------------------------
 
@@ -201,15 +202,19 @@ class SummarizationMiddleware:
         if req.purpose != "turn":
             return await next(req)
         state = req.state
-        st, _ = load_private(state, self.name, SummarizationState)
+        st = self._load(state)
         if st.run_id != str(state.run_id):
             st.run_id, st.failures = str(state.run_id), 0
         request = self.view(st, state, req.request)
         estimate = self.estimate(st, state, request)
         if estimate > self.trigger(req.model):
-            request = await self.compact(st, req, next, request, estimate, forced=False)
+            compacted = await self.compact(st, req, next, request, estimate, forced=False)
+            if compacted is not request:
+                request, estimate = compacted, self.estimate(st, state, compacted)
         try:
-            response = await next(attrs.evolve(req, request=request))
+            response = await next(
+                req if request is req.request else attrs.evolve(req, request=request)
+            )
         except ModelError as exc:
             end = state.history_start + len(state.messages)
             if not too_long(exc) or st.retried_turn == end:
@@ -221,18 +226,36 @@ class SummarizationMiddleware:
             if retry is request:
                 store_private(state, self.name, st)
                 raise
-            request = retry
+            request, estimate = retry, self.estimate(st, state, retry)
             response = await next(attrs.evolve(req, request=request))
         if isinstance(response, ModelResponse):  # else the chain names the layer at fault
-            self.reported(st, state, response)
+            self.reported(st, state, response, estimate)
         store_private(state, self.name, st)
+        self._decoded = (state.private[self.name], st)
         return response
 
-    def reported(self, st: SummarizationState, state: State, response: ModelResponse) -> None:
+    def _load(self, state: State) -> SummarizationState:
+        """The private state, typed. The value this middleware stored at the end of its last
+        call is kept decoded, keyed by the very JSON object it stored: a run's next call finds
+        that object in its state and skips decoding it again (a call in another run, or after
+        a resume, finds another object and decodes its own). A call that did not end keeps
+        nothing, so what it changed is never reused."""
+        raw = state.private.get(self.name)
+        decoded, self._decoded = self._decoded, None
+        if decoded is not None and raw is decoded[0]:
+            return decoded[1]
+        st, _ = load_private(state, self.name, SummarizationState)
+        return st
+
+    def reported(
+        self, st: SummarizationState, state: State, response: ModelResponse, estimate: int
+    ) -> None:
+        """Keep the input tokens of the call just made: the provider's count, or ``estimate``
+        when it reported none (a scripted model), so the next call adds only its new part."""
         u = response.usage
         st.reported_tokens = (
             u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
-        )
+        ) or estimate
         st.reported_end = state.history_start + len(state.messages)
         st.reported_view = self.view_key(st)
 
