@@ -17,7 +17,9 @@ Per run: its wall time and its process CPU time (``start`` + ``execute``: the ha
 time, the model answering at once; CPU time leaves out the waits on the disk, which a shared
 machine makes noisy) and the input tokens of every request it sent (summary calls included).
 Reported: the median of runs 6-15 (the 10th), of the last ten (the 500th), and their ratio,
-per stack. The goal (issue 26): at most 1.3x on both with summarization.
+per stack; and the 10th run of a new session measured beside the 500th (its first 15 runs
+alternate with the long session's last 15), so both see the same load on a shared machine, with
+the ratio against it. The goal (issue 26): at most 1.3x on both with summarization.
 
 Then the cost of the middleware on a call that does not compact: a run of 20 tool calls
 through ``run_loop`` without a store (``bench.chain``'s runner), per model call, with no
@@ -100,9 +102,13 @@ async def work(label: str) -> str:
 async def session(
     url: str, runs: int, stacks: dict[str, Callable[[], list[Any]]]
 ) -> dict[str, Any]:
-    """Seconds and request tokens per run (index 0 is run 1), per stack."""
+    """Seconds, CPU seconds and request tokens per run (index 0 is run 1), per stack: of the
+    long session (``long``) and of a new session (``beside``) whose first 15 runs alternate
+    with the long one's last 15, so its 10th run is measured under the same machine load as
+    the long session's last."""
+    kinds = ("long", "beside")
     out: dict[str, dict[str, list[float]]] = {
-        n: {"seconds": [], "cpu": [], "tokens": []} for n in stacks
+        f"{n} {kind}": {"seconds": [], "cpu": [], "tokens": []} for n in stacks for kind in kinds
     }
     async with await open_store(url) as store:
         harnesses = {}
@@ -117,20 +123,27 @@ async def session(
                 tools=ToolRegistry([work]),
                 settings={},
             )
-        sessions: dict[str, uuid.UUID | None] = dict.fromkeys(stacks)
+        sessions: dict[str, uuid.UUID | None] = dict.fromkeys(out)
+
+        async def one(name: str, kind: str, k: int) -> None:
+            key = f"{name} {kind}"
+            harness, model = harnesses[name], models[name]
+            model.sent = 0
+            start, cpu = time.perf_counter(), time.process_time()
+            run = await harness.start(AGENT, f"question {k}", session_id=sessions[key])
+            finished = await harness.execute(run.id)
+            out[key]["seconds"].append(time.perf_counter() - start)
+            out[key]["cpu"].append(time.process_time() - cpu)
+            out[key]["tokens"].append(model.sent)
+            if finished.status is not RunStatus.COMPLETED:
+                raise SystemExit(f"{key} run {k} {finished.status.value}: {finished.error}")
+            sessions[key] = run.session_id
+
         for k in range(1, runs + 1):
-            for name, harness in harnesses.items():
-                model = models[name]
-                model.sent = 0
-                start, cpu = time.perf_counter(), time.process_time()
-                run = await harness.start(AGENT, f"question {k}", session_id=sessions[name])
-                finished = await harness.execute(run.id)
-                out[name]["seconds"].append(time.perf_counter() - start)
-                out[name]["cpu"].append(time.process_time() - cpu)
-                out[name]["tokens"].append(model.sent)
-                if finished.status is not RunStatus.COMPLETED:
-                    raise SystemExit(f"{name} run {k} {finished.status.value}: {finished.error}")
-                sessions[name] = run.session_id
+            for name in stacks:
+                await one(name, "long", k)
+                if k > runs - 15:
+                    await one(name, "beside", k - (runs - 15))
     return out
 
 
@@ -187,15 +200,25 @@ def main() -> None:
         f"session of {args.runs} runs (4 messages a run), SQLite, window {args.window} tokens; "
         f"python {platform.python_version()}, load {load:.2f}"
     )
-    print(f"{'stack':<14} {'':<14} {'run 10':>10} {f'run {args.runs}':>10} {'ratio':>7}")
-    for name, measured in results.items():
-        t10, tn, tr = summary(measured["seconds"])
-        c10, cn, cr = summary(measured["cpu"])
-        k10, kn, kr = summary(measured["tokens"])
-        print(f"{name:<14} {'time (ms)':<14} {t10 * 1e3:>10.2f} {tn * 1e3:>10.2f} {tr:>6.2f}x")
-        print(f"{'':<14} {'cpu (ms)':<14} {c10 * 1e3:>10.2f} {cn * 1e3:>10.2f} {cr:>6.2f}x")
-        print(f"{'':<14} {'tokens sent':<14} {k10:>10.0f} {kn:>10.0f} {kr:>6.2f}x")
-    per_call = anyio.run(overhead, 20, 30)
+    print(
+        f"{'stack':<14} {'':<12} {'run 10':>9} {f'run {args.runs}':>9} {'ratio':>7}"
+        f" {'run 10 beside':>14} {'ratio':>7}"
+    )
+    for name in stacks:
+        long, beside = results[f"{name} long"], results[f"{name} beside"]
+        for label, key, scale, unit in (
+            ("time (ms)", "seconds", 1e3, ".2f"),
+            ("cpu (ms)", "cpu", 1e3, ".2f"),
+            ("tokens sent", "tokens", 1, ".0f"),
+        ):
+            first, last, ratio = summary(long[key])
+            near = statistics.median(beside[key][5:15])
+            print(
+                f"{name if key == 'seconds' else '':<14} {label:<12} {first * scale:>9{unit}} "
+                f"{last * scale:>9{unit}} {ratio:>6.2f}x {near * scale:>14{unit}} "
+                f"{last / near:>6.2f}x"
+            )
+    per_call = anyio.run(overhead, 20, 100)
     base = per_call["none"]
     print("\na model call that does not compact (run_loop, 20 tool calls, no store), us per call:")
     for name, seconds in per_call.items():
