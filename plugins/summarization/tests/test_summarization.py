@@ -441,3 +441,42 @@ async def test_three_failed_summaries_fall_back_to_a_sliding_window(tmp_path: Pa
     windows = [e for e in events if isinstance(e, ContextCompacted) and e.tier == "window"]
     assert windows and all(e.tokens_after < e.tokens_before for e in windows)
     assert all(history_problems(r.messages) == [] for r in model.requests)
+
+
+async def test_summary_calls_count_in_the_runs_usage_and_limits(tmp_path: Path) -> None:
+    """The summary call goes through the rest of the chain: hango-limits counts it and its
+    tokens, and its usage is the run's."""
+    from hango.convert import CONVERTER
+    from hango_limits import LimitPolicy, LimitsMiddleware
+    from hango_limits.middleware import LimitsState
+
+    turn = 0
+
+    def answer(request: Any) -> Any:
+        nonlocal turn
+        body = json.loads(request.content)
+        size = len(request.content) // 4
+        if asks_summary(body):
+            return anthropic_answer("Looked at items; all lorem ipsum.", uncached=size)
+        turn += 1
+        if turn > 14:
+            return anthropic_answer("done", uncached=size)
+        return anthropic_answer(calls=[(f"toolu_{turn}", "look", {"n": turn})], uncached=size)
+
+    server = FakeAnthropic(answer)
+    stack = [SummarizationMiddleware(SMALL), LimitsMiddleware(LimitPolicy())]
+    async with agent_harness(
+        tmp_path, model=server.model(), stack=stack, tools=[look], max_turns=30
+    ) as h:
+        finished = await h.run(h.agent, GOAL)
+        run = await h.store.get_run(h.tenant_id, finished.run_id)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    bodies = server.bodies
+    summaries = [b for b in bodies if asks_summary(b)]
+    assert summaries
+    limits = CONVERTER.structure(load_state(run.state).private["limits"], LimitsState)
+    assert limits.run.model_calls == len(bodies)  # the turns and the summaries
+    sent = sum(len(r.content) // 4 for r in server.requests)
+    assert limits.run.input_tokens == sent
+    assert finished.usage.input_tokens == sent
+    assert finished.usage.output_tokens == len(bodies)
