@@ -438,6 +438,9 @@ async def test_three_failed_summaries_fall_back_to_a_sliding_window(tmp_path: Pa
     assert model.summary_calls == MAX_SUMMARY_FAILURES
     assert st.compaction is not None and st.compaction.tier == "window"
     assert st.failures == MAX_SUMMARY_FAILURES
+    # The window moved more than once; its note says how far, once, and does not grow.
+    assert st.compaction.number >= 2
+    assert st.compaction.summary.count("Later messages, up to message") == 1
     windows = [e for e in events if isinstance(e, ContextCompacted) and e.tier == "window"]
     assert windows and all(e.tokens_after < e.tokens_before for e in windows)
     assert all(history_problems(r.messages) == [] for r in model.requests)

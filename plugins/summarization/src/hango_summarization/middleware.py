@@ -67,6 +67,8 @@ TOKENS_BEFORE: Final = "hango.summarization.tokens_before"
 TOKENS_AFTER: Final = "hango.summarization.tokens_after"
 MESSAGES_COVERED: Final = "hango.summarization.messages_covered"
 
+#: How the note of a sliding window (tier ``window``) begins.
+DROPPED: Final = "\n\n(Later messages, up to message "
 #: Failed summary calls in one run after which it stops trying.
 MAX_SUMMARY_FAILURES: Final = 3
 #: Version of the compaction record.
@@ -400,8 +402,9 @@ class SummarizationMiddleware:
             return request
         else:
             record(SUMMARY_FAILED, middleware=self.name, reason="summary calls failed")
-            earlier = f"{c.summary}\n\n" if c is not None else ""
-            summary = f"{earlier}({k - start} later messages were dropped: summarizing failed.)"
+            # The last real summary stays; one note says how far the window has moved.
+            earlier = c.summary.split(DROPPED)[0] if c is not None else ""
+            summary = f"{earlier}{DROPPED}{base + k - 1} were dropped: summarizing them failed.)"
             tier = "window"
         new = Compaction(
             start=c.start if c is not None else first,
