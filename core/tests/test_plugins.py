@@ -12,7 +12,8 @@ from conftest import Install
 from hango import PluginError
 from hango.agent.stack import STACK_ORDER
 from hango.cli import main
-from hango.discovery import check_options, default_stack, discover
+from hango.config import ConfigError
+from hango.discovery import check_options, default_stack, discover, resolve_stack
 from hango.middleware import StackConfig
 from hango.plugins import PluginWarning, make_plugin_manager
 
@@ -30,12 +31,12 @@ def test_plugin_installed_through_its_entry_point(install: Install) -> None:
 
 def test_blocking_by_environment_variable(install: Install) -> None:
     install("hango-testplug", "testplug", "memory")
-    with pytest.warns(
-        PluginWarning, match="HANGO_DISABLE_PLUGINS names no installed plugin: other"
-    ):
-        pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug "})
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug "})
     assert not pm.has_plugin("testplug")
-    assert "memory" not in [m.name for m in default_stack(StackConfig(), pm)]
+    with pytest.warns(
+        PluginWarning, match="HANGO_DISABLE_PLUGINS names no installed plugin or middleware: other"
+    ):
+        assert "memory" not in [m.name for m in default_stack(StackConfig(), pm)]
 
 
 def test_default_stack_honours_the_settings_it_is_given(install: Install) -> None:
@@ -47,14 +48,23 @@ def test_default_stack_honours_the_settings_it_is_given(install: Install) -> Non
 
 def test_an_unknown_name_to_disable_is_warned_about(install: Install) -> None:
     install("hango-testplug", "testplug", "memory")
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "testplg,todo"})
     with pytest.warns(PluginWarning) as caught:
-        pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "testplg,todo"})
+        discover(StackConfig(settings={}), pm)
     (warning,) = caught
     assert str(warning.message).startswith(
-        "HANGO_DISABLE_PLUGINS names no installed plugin: testplg (installed: "
+        "HANGO_DISABLE_PLUGINS names no installed plugin or middleware: testplg (installed: "
     )
     assert "testplug" in str(warning.message)
     assert pm.has_plugin("testplug") and not pm.has_plugin("todo")
+
+
+def test_a_middleware_name_disables_its_middleware(install: Install) -> None:
+    """HANGO_DISABLE_PLUGINS takes the names `hango plugins` shows, not only entry points."""
+    install("hango-testplug", "testplug", "memory")
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "memory"})
+    assert pm.has_plugin("testplug")
+    assert "memory" not in [p.name for p in discover(StackConfig(settings={}), pm)]
 
 
 def test_two_distributions_claiming_one_name_is_an_error_naming_both(install: Install) -> None:
@@ -66,12 +76,22 @@ def test_two_distributions_claiming_one_name_is_an_error_naming_both(install: In
     assert "'skills'" in message and "hango-first" in message and "hango-second" in message
 
 
-def test_a_plugin_that_fails_to_load_names_itself(install: Install) -> None:
+def test_a_plugin_that_fails_to_load_names_itself_and_blocks_only_who_needs_it(
+    install: Install,
+) -> None:
     install("hango-broken", "broken", "x", body="import not_a_module_anywhere\n")
-    with pytest.raises(PluginError) as info:
-        make_plugin_manager(env={})
-    assert "'broken'" in str(info.value) and "hango-broken" in str(info.value)
-    assert "not_a_module_anywhere" in str(info.value)
+    install("hango-testplug", "testplug", "memory")
+    pm = make_plugin_manager(env={})
+    (failure,) = pm.failures.values()
+    assert "'broken'" in failure and "hango-broken" in failure
+    assert "not_a_module_anywhere" in failure and "HANGO_DISABLE_PLUGINS=broken" in failure
+    # An agent that does not need it gets its stack (the plugin is warned about, left out).
+    with pytest.warns(PluginWarning, match="left out: plugin 'broken'"):
+        assert "memory" in [m.name for m in default_stack(StackConfig(settings={}), pm)]
+    # One that lists a middleware nobody else provides is told which plugin failed.
+    with pytest.raises(ConfigError) as info, pytest.warns(PluginWarning):
+        resolve_stack(StackConfig(agent_middleware=("x",), settings={}), pm)
+    assert "plugins that failed: plugin 'broken'" in str(info.value)
 
 
 def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
@@ -80,8 +100,9 @@ def test_a_plugin_with_an_unknown_hook_is_rejected(install: Install) -> None:
         "def hango_middlewares(config):\n    return None\n"
     )
     install("hango-typo", "typo", "x", body=body)
-    with pytest.raises(PluginError, match="typo"):
-        make_plugin_manager(env={})
+    pm = make_plugin_manager(env={})
+    assert not pm.has_plugin("typo")
+    assert "hango_middlewares" in pm.failures["typo"] and "hango-typo" in pm.failures["typo"]
 
 
 def test_an_options_schema_that_is_not_json_schema_names_its_plugin(install: Install) -> None:
@@ -134,3 +155,19 @@ def test_stack_order_is_pinned() -> None:
         "repeat_call", "limits", "agent", "model_fallback", "prompt_cache", "memory",
         "human_in_the_loop", "tool_retry", "tool_allowlist",
     )  # fmt: skip
+
+
+def test_an_options_schema_hook_that_raises_blocks_only_its_own_tables(install: Install) -> None:
+    body = (
+        "import hango.middleware\n\n@hango.middleware.hookimpl\ndef hango_options_schema():\n"
+        "    raise RuntimeError('schema file missing')\n"
+    )
+    install("hango-flaky", "flaky", "x", body=body)
+    pm = make_plugin_manager(env={})
+    check_options({"limits": {"run": {"model_calls": 3}}}, pm, source="a.toml")
+    with pytest.raises(ConfigError) as info:
+        check_options({"flaky": {"a": 1}}, pm, source="a.toml")
+    message = str(info.value)
+    assert message.startswith("a.toml: [options.flaky]: no installed middleware")
+    assert "hango_options_schema raised RuntimeError: schema file missing" in message
+    assert "hango-flaky" in message and "HANGO_DISABLE_PLUGINS=flaky" in message

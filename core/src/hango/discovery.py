@@ -9,64 +9,100 @@ schemas. The order itself is decided in ``hango.agent.stack``, never here.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 
 from hango.agent.middleware import Middleware
 from hango.agent.stack import AGENT_SLOT, SLOT, Placement, in_process
 from hango.config import ConfigError, StackConfig
-from hango.plugins import PluginError, PluginManager, make_plugin_manager
+from hango.plugins import (
+    DISABLE_VARIABLE,
+    PluginError,
+    PluginManager,
+    PluginWarning,
+    make_plugin_manager,
+)
 
 
 def _provided(pm: PluginManager, config: StackConfig) -> list[tuple[Middleware, str, str, str]]:
     """``(middleware, plugin, distribution, version)`` for everything the plugins provide.
 
-    Raises ``PluginError`` naming the plugin and its distribution when its hook raises or
-    returns something that is not a middleware (an object with a non-empty ``str`` name).
+    A plugin whose hook raises or returns something that is not a middleware (an object with
+    a non-empty ``str`` name) is left out and recorded in ``pm.failures``.
     """
     out: list[tuple[Middleware, str, str, str]] = []
     for impl in pm.hook.hango_middleware.get_hookimpls():
         dist, version = pm.distribution_of(impl.plugin_name)
-        where = f"plugin {impl.plugin_name!r} ({pm.entry_point_of(impl.plugin_name)}) from {dist}"
         try:
             provided: Any = impl.function(config=config)
         except ConfigError:
             raise  # already names the setting at fault
         except Exception as exc:
-            raise PluginError(
-                f"{where}: hango_middleware raised {type(exc).__name__}: {exc}"
-            ) from exc
-        if provided is None:
+            pm.fail(impl.plugin_name, f"hango_middleware raised {type(exc).__name__}: {exc}")
             continue
-        items = list(provided) if isinstance(provided, list | tuple) else [provided]
-        for mw in items:
-            name = getattr(mw, "name", None)
-            if not isinstance(name, str) or not name:
-                raise PluginError(
-                    f"{where}: hango_middleware returned {mw!r}, which is not a middleware "
-                    "(an object with a non-empty str `name`)"
-                )
-            if name == AGENT_SLOT:
-                raise PluginError(
-                    f"{where}: a middleware cannot be named {AGENT_SLOT!r}: that slot holds the "
-                    "middlewares an agent lists"
-                )
-            out.append((mw, impl.plugin_name, dist, version))
+        items = [] if provided is None else (
+            list(provided) if isinstance(provided, list | tuple) else [provided]
+        )  # fmt: skip
+        fault = next((_fault(mw) for mw in items if _fault(mw)), None)
+        if fault is not None:
+            pm.fail(impl.plugin_name, fault)
+            continue
+        out += [(mw, impl.plugin_name, dist, version) for mw in items]
     return out
+
+
+def _fault(mw: Any) -> str | None:
+    """Why ``mw`` (returned by a ``hango_middleware`` hook) cannot be placed, or None."""
+    name = getattr(mw, "name", None)
+    if not isinstance(name, str) or not name:
+        return (
+            f"hango_middleware returned {mw!r}, which is not a middleware "
+            "(an object with a non-empty str `name`)"
+        )
+    if name == AGENT_SLOT:
+        return (
+            f"a middleware cannot be named {AGENT_SLOT!r}: that slot holds the middlewares an "
+            "agent lists"
+        )
+    return None
+
+
+def failed_plugins(pm: PluginManager) -> str:
+    """The failed plugins as one clause for an error message ('' when none failed)."""
+    if not pm.failures:
+        return ""
+    return "; plugins that failed: " + "; ".join(pm.failures.values())
 
 
 def discover(config: StackConfig, plugins: PluginManager | None = None) -> list[Placement]:
     """Every middleware the installed plugins provide for ``config``, in chain order, the
     inactive ones (available to agents, not listed by this one) last by name.
 
-    Raises ``PluginError`` when two plugins provide the same name or a plugin's hook fails.
+    Middlewares named in ``HANGO_DISABLE_PLUGINS`` are left out, and a name there that is
+    neither an entry point nor a provided middleware is warned about (``PluginWarning``), as is
+    every plugin that failed (``pm.failures``: left out, blocking only the agents that need it).
+    Raises ``PluginError`` when two plugins provide the same name.
     """
     pm = plugins if plugins is not None else make_plugin_manager(env=config.settings)
     listed = {name: i for i, name in enumerate(config.agent_middleware)}
     found: dict[str, Placement] = {}
-    for mw, plugin, dist, version in _provided(pm, config):
+    provided = _provided(pm, config)
+    unknown = sorted(pm.blocked_middleware - {mw.name for mw, *_ in provided})
+    if unknown:
+        warnings.warn(
+            f"{DISABLE_VARIABLE} names no installed plugin or middleware: {', '.join(unknown)} "
+            f"(installed: {', '.join(sorted(pm.installed)) or 'none'})",
+            PluginWarning,
+            stacklevel=2,
+        )
+    for failure in pm.failures.values():
+        warnings.warn(f"left out: {failure}", PluginWarning, stacklevel=2)
+    for mw, plugin, dist, version in provided:
+        if mw.name in pm.blocked_middleware:
+            continue
         if mw.name in found:
             other = found[mw.name]
             raise PluginError(
@@ -108,7 +144,7 @@ def resolve_stack(
         available = sorted(p.name for p in placements if p.slot is None)
         raise ConfigError(
             f"{config.source}: middleware {missing[0]!r} is not provided by any installed "
-            f"plugin (available to agents: {', '.join(available) or 'none'})"
+            f"plugin (available to agents: {', '.join(available) or 'none'}){failed_plugins(pm)}"
         )
     stack = [p for p in placements if p.slot is not None]
     taken = {p.name for p in stack}
@@ -154,12 +190,21 @@ def default_stack(config: StackConfig, plugins: PluginManager | None = None) -> 
 
 def option_schemas(plugins: PluginManager) -> dict[str, tuple[Mapping[str, Any], str]]:
     """Middleware name -> (JSON Schema of its ``[options.<name>]`` table, the plugin that
-    declared it), from every ``hango_options_schema`` implementation."""
+    declared it), from every ``hango_options_schema`` implementation.
+
+    A plugin whose hook raises (or returns no mapping) is recorded in ``plugins.failures``,
+    not raised: only an agent with a table for one of its middlewares needs it."""
     out: dict[str, tuple[Mapping[str, Any], str]] = {}
     for impl in plugins.hook.hango_options_schema.get_hookimpls():
         dist, _ = plugins.distribution_of(impl.plugin_name)
-        declared: Any = impl.function()
-        for name, schema in (declared or {}).items():
+        try:
+            declared: dict[str, Any] = dict(cast(Mapping[str, Any], impl.function() or {}))
+        except Exception as exc:
+            plugins.fail(
+                impl.plugin_name, f"hango_options_schema raised {type(exc).__name__}: {exc}"
+            )
+            continue
+        for name, schema in declared.items():
             out[name] = (schema, f"plugin {impl.plugin_name} (distribution {dist})")
     return out
 
@@ -182,7 +227,7 @@ def check_options(
             known = ", ".join(sorted(schemas)) or "none"
             raise ConfigError(
                 f"{source}: [options.{name}]: no installed middleware named {name!r} takes "
-                f"options (middlewares with options: {known})"
+                f"options (middlewares with options: {known}){failed_plugins(plugins)}"
             )
         schema, plugin = schemas[name]
         validator_cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)

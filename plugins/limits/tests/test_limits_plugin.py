@@ -181,6 +181,44 @@ def test_the_readme_agent_file_sets_its_limits(tmp_path: Path) -> None:
     assert (policy.on_limit, policy.on_tool_limit) == ("end", "end")
 
 
+# -- a concurrent batch ----------------------------------------------------------------------
+
+in_flight = {"now": 0, "most": 0}
+
+
+@box.tool
+async def fetch(q: str) -> str:
+    """Fetch q; slow enough that a batch's calls overlap."""
+    in_flight["now"] += 1
+    in_flight["most"] = max(in_flight["most"], in_flight["now"])
+    await anyio.sleep(0.05)
+    in_flight["now"] -= 1
+    return f"fetched {q}"
+
+
+@pytest.mark.anyio
+async def test_a_budget_is_exact_when_the_batch_runs_at_once(tmp_path: Path) -> None:
+    """Five calls of one response start before any finishes; with a budget of three tool
+    calls, three run (at once) and two are refused: the running calls count."""
+    executed.clear()
+    in_flight.update(now=0, most=0)
+    batch = calls(*(("fetch", {"q": q}) for q in "abcde"))
+    mw = limits(run={"tool_calls": 3})
+    async with agent_harness(
+        tmp_path, turns=[batch, {"text": "ok"}], stack=[mw], tools=[fetch]
+    ) as h:
+        finished = await h.run(h.agent, "go")
+        messages = await history(h, finished.run_id)
+        counts = await private(h, finished.run_id)
+    assert finished.status is RunStatus.COMPLETED
+    assert executed == ["fetch a", "fetch b", "fetch c"]
+    assert in_flight["most"] == 3  # they did overlap
+    results = messages[2].tool_results
+    assert [r.is_error for r in results] == [False, False, False, True, True]
+    assert "limit of 3 tool calls per run" in results[3].content
+    assert counts["run"]["tool_calls"] == 3 and counts["running"] == {}
+
+
 # -- continue ---------------------------------------------------------------------------------
 
 
@@ -558,7 +596,10 @@ async def test_a_call_cancelled_mid_run_is_counted_once_after_the_resume(tmp_pat
         {"text": "Done."},
     ]
     mw = limits(run={"tool_calls": 3})
-    async with agent_harness(tmp_path, turns=turns, stack=[mw], tools=[note, gate.tool()]) as h:
+    # One at a time: note a has its result before wait starts (the test is about the resume).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=[mw], tools=[note, gate.tool()], max_tool_concurrency=1
+    ) as h:
         run = await h.start(h.agent, "go")
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
@@ -607,7 +648,10 @@ async def test_an_end_under_way_survives_a_cancel_and_a_resume(tmp_path: Path) -
     mw = limits(on_tool_limit="end", run={"per_tool": {"search": 1}})
     scope = anyio.CancelScope()
     stack = [CancelAt("note", scope), mw]
-    async with agent_harness(tmp_path, turns=turns, stack=stack, tools=[search, note]) as h:
+    # One at a time: search a has its result when note's turn comes (the test is about the end).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=stack, tools=[search, note], max_tool_concurrency=1
+    ) as h:
         run = await h.start(h.agent, "go")
         with scope:
             await h.execute(run.id)

@@ -631,9 +631,7 @@ class AgentLoop:
                         turn: _Start | None = None
                         for call in group:
                             turn = _Start(turn)
-                            tg.start_soon(
-                                self._one, call, tools, batch, answered, turn, limited
-                            )
+                            tg.start_soon(self._one, call, tools, batch, answered, turn, limited)
                 except BaseExceptionGroup as failure:
                     # A tool's own failure is its error result, so this is a middleware's
                     # or the store's: the caller gets it as from a call run alone.

@@ -22,13 +22,18 @@ from hango.config import (
 from hango.discovery import discover
 from hango.plugins import make_plugin_manager
 
+#: The slot column of a plugin that failed to load or whose hook raised (left out).
+FAILED = "failed"
+
 
 @main.command()
 @json_option
 def plugins(as_json: bool) -> None:
-    """List installed middleware plugins and the slot each fills."""
+    """List installed middleware plugins and the slot each fills; a plugin that failed is
+    listed as failed, with the reason."""
+    pm = make_plugin_manager()
     try:
-        placements = discover(StackConfig(settings=hango_settings()), make_plugin_manager())
+        placements = discover(StackConfig(settings=hango_settings()), pm)
     except USER_ERRORS as exc:
         err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
@@ -40,12 +45,24 @@ def plugins(as_json: bool) -> None:
                 "version": p.version,
                 "slot": _slot_label(p.slot),
                 "capabilities": list(p.capabilities),
+                "error": None,
             }
             for p in placements
         ]
+        rows += [
+            {
+                "name": plugin,
+                "distribution": pm.distribution_of(plugin)[0],
+                "version": pm.distribution_of(plugin)[1],
+                "slot": FAILED,
+                "capabilities": [],
+                "error": reason,
+            }
+            for plugin, reason in pm.failures.items()
+        ]
         console.print_json(json.dumps(rows))
         return
-    if not placements:
+    if not placements and not pm.failures:
         console.print(
             "No middleware plugins are installed: runs use the plain loop. Install some, e.g. "
             "`pip install hango-todo hango-repeat hango-allowlist hango-repair`.",
@@ -57,6 +74,9 @@ def plugins(as_json: bool) -> None:
         table.add_row(
             _slot_label(p.slot), p.name, p.distribution, p.version, ", ".join(p.capabilities)
         )
+    for plugin, reason in pm.failures.items():
+        dist, version = pm.distribution_of(plugin)
+        table.add_row(FAILED, plugin, dist, version, reason, style="red")
     console.print(table)
 
 
