@@ -78,3 +78,23 @@ def test_the_index_links_every_page() -> None:
             f"docs/{where} is in none of tutorial/, how-to/, reference/, explanation/"
         )
         assert doc.resolve() in linked, f"docs/index.md does not link docs/{where}"
+
+
+def test_the_tutorial_agent_file_runs_as_shown(tmp_path: Path) -> None:
+    """Section 4 of the tutorial: its agent file, its script and the `add` tool of section 1,
+    written into one folder, run with the `hango` command and answer as the script says."""
+    text = (REPO / "docs" / "tutorial" / "first-agent.md").read_text(encoding="utf-8")
+    files = dict(re.findall(r"^```toml\n# (\S+\.toml)\n(.*?)^```", text, re.S | re.M))
+    assert set(files) == {"agent.toml", "script.toml"}
+    for name, body in files.items():
+        (tmp_path / name).write_text(body, encoding="utf-8")
+    add = re.search(r"^@hango\.tool\ndef add\(.*?\n\n\n", text, re.S | re.M)
+    assert add is not None
+    (tmp_path / "my_tools.py").write_text("import hango\n\n\n" + add.group(0), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "hango", "run", "--agent", "agent.toml", "--json", "What is 2 + 3?"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={"PATH": "", "HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '"answer": "2 + 3 = 5."' in done.stdout.replace("\n", "").replace('":  "', '": "')

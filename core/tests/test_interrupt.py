@@ -8,6 +8,7 @@ behaviour is tested in plugins/approval.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -461,7 +462,8 @@ async def test_an_answer_lives_for_one_interrupt_cycle(tmp_path: Path) -> None:
         assert again.status is RunStatus.SUSPENDED
         assert [a.tool_call_id for a in again.pending] == ["call_0"]
         assert executed == ["act x"]
-        done = await h.resume(finished.run_id, {"call_0": Decision.reject()})
+        # The script reuses the call id: the new question is answered by its own id.
+        done = await h.resume(finished.run_id, {again.pending[0].id: Decision.reject()})
         assert done.status is RunStatus.COMPLETED
         assert executed == ["act x"]
         assert_valid(await history(h, finished.run_id))
@@ -520,10 +522,16 @@ async def test_a_gated_call_whose_outcome_is_unknown_is_asked_again(tmp_path: Pa
         asked = await h.execute(finished.run_id)
         assert asked.status is RunStatus.SUSPENDED
         (again,) = asked.pending
-        assert again.outcome_unknown and again.id == first.id and again.digest == first.digest
+        assert again.outcome_unknown and again.digest == first.digest
+        # A question of its own: the earlier approval, sent again by call id (a retried
+        # request), must not answer it (issue "Run integrity II", item 3).
+        assert again.reasked and again.id == f"{first.id}.1"
+        with pytest.raises(DecisionRefused, match=f"name the question: --approve {again.id}"):
+            await h.resume(finished.run_id, {"toolu_scripted_0_0": Decision.approve()})
         assert executed == ["pay 5"]
+        assert (await stored_state(h, finished.run_id)).interrupts.waiting() == [again]
 
-        done = await h.resume(finished.run_id, {"toolu_scripted_0_0": Decision.approve()})
+        done = await h.resume(finished.run_id, {again.id: Decision.approve()})
         assert done.status is RunStatus.COMPLETED
         # A person decided to run it again: it ran again, with the same idempotency key.
         assert executed == ["pay 5", "pay 5"]
@@ -531,6 +539,55 @@ async def test_a_gated_call_whose_outcome_is_unknown_is_asked_again(tmp_path: Pa
         assert keys[0] != str(finished.run_id)
         decided = (await stored_state(h, finished.run_id)).interrupts.decided
         assert [a.outcome_unknown for a in decided] == [False, True]
+
+
+async def test_a_call_gated_twice_is_approved_once_per_question(tmp_path: Path) -> None:
+    """Two gates on one call (limits' suspend, then approval): each asks its own question; the
+    second is answered by its id, and the first approval sent again is refused, not taken as
+    "already recorded" with the run suspended for ever (issue "Run integrity II", item 3)."""
+    executed.clear()
+    stack = [Gate(["act"], name="outer"), Gate(["act"], name="inner")]
+    turns = [calls(("act", {"target": "x"})), {"text": "done"}]
+    async with agent_harness(tmp_path, turns=turns, stack=stack, tools=[act]) as h:
+        first = await h.run(h.agent, "go")
+        (outer,) = first.pending
+        assert (outer.middleware, outer.reasked) == ("outer", False)
+        second = await h.resume(first.run_id, {outer.tool_call_id: Decision.approve()})
+        assert second.status is RunStatus.SUSPENDED
+        (inner,) = second.pending
+        assert (inner.middleware, inner.reasked) == ("inner", True)
+        with pytest.raises(DecisionRefused, match=f"--approve {inner.id}"):
+            await h.resume(first.run_id, {inner.tool_call_id: Decision.approve()})
+        assert executed == []
+        done = await h.resume(first.run_id, {inner.id: Decision.approve()})
+        assert done.status is RunStatus.COMPLETED and executed == ["act x"]
+        # Sent again by its id (a double click): a no-op.
+        again = await h.decide(first.run_id, {inner.id: Decision.approve()})
+        assert again.unchanged == (inner.id,) and executed == ["act x"]
+
+
+async def test_an_edit_is_checked_against_the_tool_before_it_is_recorded(
+    tmp_path: Path,
+) -> None:
+    """An --edit whose arguments the tool's schema refuses, or that names a tool the agent
+    does not have, is refused with nothing recorded; the run stays suspended and decidable
+    (issue "Run integrity II", item 4)."""
+    executed.clear()
+    turns = [calls(("act", {"target": "x"})), {"text": "done"}]
+    async with agent_harness(tmp_path, turns=turns, stack=[Gate(["act"])], tools=[act]) as h:
+        first = await h.run(h.agent, "go")
+        call_id = first.pending[0].tool_call_id
+        for bad, expected in (
+            (Decision.edit({"target": 5}), "do not fit act: $.target: 5 is not of type 'string'"),
+            (Decision.edit({}), "'target' is a required property"),
+            (Decision.edit({"target": "y"}, tool="nope"), "names tool 'nope'"),
+        ):
+            with pytest.raises(DecisionRefused, match=re.escape(expected)):
+                await h.resume(first.run_id, {call_id: bad})
+            state = await stored_state(h, first.run_id)
+            assert [a.decision for a in state.interrupts.pending] == [None]
+        done = await h.resume(first.run_id, {call_id: Decision.edit({"target": "y"})})
+        assert done.status is RunStatus.COMPLETED and executed == ["act y"]
 
 
 async def test_a_wrapper_may_retry_a_non_idempotent_call_in_the_same_pass(

@@ -33,7 +33,15 @@ from typing import Any
 
 import pytest
 
-from hango import AgentDefinition, Decision, Harness, RunFinished, RunStatus, open_store
+from hango import (
+    AgentDefinition,
+    Decision,
+    DecisionRefused,
+    Harness,
+    RunFinished,
+    RunStatus,
+    open_store,
+)
 from hango.agent.state import load_state
 from hango.store import RunStore
 
@@ -349,7 +357,13 @@ async def test_killed_after_an_approved_tool_ran_before_its_result_was_saved(
         assert (PAR_B, False, "approve") in await carry.pending(run_id)
     assert scenario.executions()["gated A"] == 1
 
-    done = await carry.resume(run_id, {first: Decision.reject("it may have run already")})
+    # The question is asked anew: the earlier approval sent again by call id (a retried
+    # request) is refused, not taken as an answer; the new one is decided by its id.
+    (again,) = asked.pending
+    with pytest.raises(DecisionRefused, match=f"name the question: --approve {again.id}"):
+        await carry.resume(run_id, {first: Decision.approve()})
+    assert scenario.executions()["gated A"] == 1
+    done = await carry.resume(run_id, {again.id: Decision.reject("it may have run already")})
     assert done.status is RunStatus.COMPLETED
     expected = {"gated A": 1} | ({"free 1": 1, "free 2": 1, "gated B": 1} if parallel else {})
     assert scenario.executions() == expected

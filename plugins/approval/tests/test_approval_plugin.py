@@ -212,12 +212,14 @@ async def test_an_edit_into_another_tool_is_checked_against_that_tools_policy(
         assert (again.tool_call_id, again.tool, again.input) == (call_id, "deploy", {"env": "prod"})
         assert again.decisions == ("approve", "reject")
         assert executed == []
+        assert again.reasked  # a second question about the call: answered by its own id
         with pytest.raises(DecisionRefused, match="'edit' is not allowed"):
-            await h.decide(finished.run_id, {call_id: Decision.edit({"env": "dev"})})
-        # The same edit sent twice is a no-op, not an answer to the new question.
-        assert (await h.decide(finished.run_id, {call_id: into_deploy})).unchanged == (call_id,)
+            await h.decide(finished.run_id, {again.id: Decision.edit({"env": "dev"})})
+        # The same edit sent twice is refused, not taken as an answer to the new question.
+        with pytest.raises(DecisionRefused, match=f"name the question: --edit {again.id}"):
+            await h.decide(finished.run_id, {call_id: into_deploy})
 
-        done = await h.resume(finished.run_id, {call_id: Decision.approve()})
+        done = await h.resume(finished.run_id, {again.id: Decision.approve()})
         assert done.status is RunStatus.COMPLETED
         assert executed == ["deploy prod"]
         (result,) = (await history(h, finished.run_id))[2].tool_results
@@ -250,8 +252,12 @@ async def test_edits_that_keep_moving_between_gated_tools_end(tmp_path: Path) ->
             Decision.edit({"env": "c"}, tool="deploy"),
             Decision.edit({"branch": "d"}, tool="preview"),
         ]
+        outcome = finished
         for move in moves:
-            outcome = await h.resume(finished.run_id, {call_id: move})
+            # Each move asks a new question about the call, answered by its id.
+            (question,) = outcome.pending
+            key = question.id if question.reasked else call_id
+            outcome = await h.resume(finished.run_id, {key: move})
         assert outcome.status is RunStatus.COMPLETED
         (result,) = (await history(h, finished.run_id))[2].tool_results
     assert executed == []

@@ -101,18 +101,21 @@ def pending_json(actions: Sequence[PendingAction]) -> list[dict[str, Any]]:
 def decide_commands(
     run_id: uuid.UUID, actions: Sequence[PendingAction], db: str | None = None
 ) -> list[str]:
-    """The commands that decide each of ``actions``, one per allowed decision: pasteable as
+    """The commands that decide each of ``actions``, one per allowed decision (naming the call,
+    or for a question asked again about it, the question's id): pasteable as
     they are, started the way this hango was (``uv run hango`` under uv), with the same
     database and tenant (``hango.cli.resume_hint``)."""
     tenant = Config.from_env().tenant_id
     lines: list[str] = []
     for a in actions:
         arguments = json.dumps(a.input, ensure_ascii=False)
+        # A question asked again about a call is answered by its own id (never by call id).
+        key = a.id if a.reasked else a.tool_call_id
         options = {
-            "approve": ["--approve", a.tool_call_id],
-            "edit": ["--edit", f"{a.tool_call_id}={arguments}"],
-            "reject": ["--reject", f"{a.tool_call_id}=REASON"],
-            "respond": ["--respond", f"{a.tool_call_id}=TEXT"],
+            "approve": ["--approve", key],
+            "edit": ["--edit", f"{key}={arguments}"],
+            "reject": ["--reject", f"{key}=REASON"],
+            "respond": ["--respond", f"{key}=TEXT"],
         }
         lines += [
             resume_hint.command(

@@ -11,9 +11,10 @@ batch when it is executed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
+import jsonschema
 from attrs import frozen
 
 from hango import telemetry
@@ -23,6 +24,7 @@ from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.interrupts.trace import decided
 from hango.agent.state import dump_state, load_state
 from hango.store.base import RunRecord, RunStore, StaleVersion
+from hango.tool.registry import ToolRegistry
 
 
 @frozen
@@ -37,6 +39,35 @@ class Decided:
     waiting: tuple[PendingAction, ...]
 
 
+def check_edits(recorded: Sequence[PendingAction], tools: ToolRegistry | None) -> None:
+    """Refuse an edit whose tool does not exist or whose arguments its tool's JSON Schema
+    refuses (``DecisionRefused``), before anything is recorded. ``tools`` gives the agent's
+    own tools; a tool a middleware provides (``write_todos``, MCP tools) is not among them, so
+    an edit of such a call keeps its tool and is checked when it runs."""
+    edits = [a for a in recorded if a.decision is not None and a.decision.type == "edit"]
+    if not edits or tools is None:
+        return
+    for action in edits:
+        assert action.decision is not None
+        target = action.decision.tool or action.tool
+        tool = tools.view().get(target)
+        if tool is None:
+            if target == action.tool:
+                continue  # a middleware's tool: checked when it runs
+            raise DecisionRefused(
+                f"tool call {action.tool_call_id!r}: --edit names tool {target!r}, which this "
+                "agent does not have; nothing was recorded"
+            )
+        schema = tool.spec.input_schema
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(action.decision.input))
+        if error is not None:
+            raise DecisionRefused(
+                f"tool call {action.tool_call_id!r}: the edited arguments do not fit {target}: "
+                f"{error.json_path}: {error.message}; nothing was recorded"
+            )
+
+
 async def decide_run(
     store: RunStore,
     tenant_id: uuid.UUID,
@@ -44,13 +75,15 @@ async def decide_run(
     decisions: Mapping[str, Decision],
     *,
     ready: RunStatus,
+    tools: ToolRegistry | None = None,
 ) -> Decided:
-    """Record ``decisions`` (tool call id -> ``Decision``) for run ``run_id``; once none is
-    waiting, the run's status becomes ``ready``.
+    """Record ``decisions`` (question id or tool call id -> ``Decision``) for run ``run_id``;
+    once none is waiting, the run's status becomes ``ready``. An edit is checked against
+    ``tools`` (the agent's tools, asked for only when there is an edit) first.
 
     Raises ``NotFound``, ``StateError`` (the stored state is malformed) and
-    ``DecisionRefused`` (see ``record_decisions``; also when another writer saved the run in
-    between), writing nothing.
+    ``DecisionRefused`` (see ``record_decisions`` and ``check_edits``; also when another writer
+    saved the run in between), writing nothing.
     """
     run = await store.get_run(tenant_id, run_id)
     state = load_state(run.state) if run.state != {} else None
@@ -60,6 +93,7 @@ async def decide_run(
         telemetry.DECIDE_RUN_SPAN, attributes={telemetry.RUN_ID: str(run_id)}
     ):
         done = record_decisions(state.interrupts, decisions, status=run.status.value)
+        check_edits(done.recorded, tools)
         if not done.recorded:
             return Decided(run, (), done.unchanged, done.waiting)
         status = RunStatus.SUSPENDED if done.waiting else ready

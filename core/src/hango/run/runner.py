@@ -319,11 +319,33 @@ class Harness:
         ``RunNotResumable`` when this process cannot continue the run (``execute``'s reasons;
         ``agent`` as there), writing nothing.
         """
+        run = await self.store.get_run(self.tenant_id, run_id)
         if not queue:
             # Else the run would be left ``running`` with nobody to run it.
-            await self._continuable(await self.store.get_run(self.tenant_id, run_id), agent)
+            await self._continuable(run, agent)
+
+        tools = None  # for checking an edit: imported only when there is one
+        if any(d.type == "edit" for d in decisions.values()):
+            tools = await self._tools_of(run, agent)
         ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
-        return await decide_run(self.store, self.tenant_id, run_id, decisions, ready=ready)
+        return await decide_run(
+            self.store, self.tenant_id, run_id, decisions, ready=ready, tools=tools
+        )
+
+    async def _tools_of(self, run: RunRecord, agent: AgentDefinition | None) -> ToolRegistry | None:
+        """The agent's own tools for ``run``; None when this process cannot have them (an
+        agent of Python objects it does not hold)."""
+        if self.tools is not None:
+            return self.tools
+        definition = agent or self._live.get(run.id)
+        if definition is None:
+            record = await self.store.get_agent(self.tenant_id, run.agent_id)
+            definition = AgentDefinition.from_json(
+                record.definition, source=f"agent {run.agent_id}"
+            )
+            if not definition.portable:
+                return None
+        return definition.load_tools()
 
     async def resume(
         self,

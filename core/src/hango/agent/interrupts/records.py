@@ -14,7 +14,7 @@ import json
 import uuid
 from typing import Any, Final, Literal, get_args
 
-from attrs import define, field, frozen
+from attrs import define, evolve, field, frozen
 
 from hango.provider.messages import JSON, ToolUseBlock
 
@@ -122,6 +122,9 @@ class PendingAction:
     who asked and which question; ``reason`` a line for the person; ``request`` optional JSON
     detail from the middleware; ``outcome_unknown`` is true when an earlier attempt of the call
     started and its result was never saved. ``asked_at`` / ``decided_at`` are ISO 8601 UTC.
+    ``reasked`` is true when an earlier question about the same call was answered (a second
+    gate, or the question asked again after a crash): a decision must then name this
+    question's ``id``, so a repeated or stale decision by call id never answers it.
     """
 
     id: str
@@ -138,6 +141,7 @@ class PendingAction:
     outcome_unknown: bool = False
     decision: Decision | None = None
     decided_at: str | None = None
+    reasked: bool = False
 
 
 @frozen
@@ -168,10 +172,23 @@ class InterruptBook:
         return [p for p in self.pending if p.decision is None]
 
     def find(self, action_id: str) -> PendingAction | None:
-        return next((p for p in self.pending if p.id == action_id), None)
+        """The pending question with interrupt id ``action_id`` (or a re-ask of it, whose id
+        is ``action_id.N``)."""
+        again = action_id + "."
+        return next((p for p in self.pending if p.id == action_id or p.id.startswith(again)), None)
 
     def ask(self, action: PendingAction) -> None:
-        """Add ``action``, replacing a question with its id (asked again, for other arguments)."""
+        """Add ``action``, replacing a question with its id (asked again, for other arguments).
+
+        A new question about a call that already had one answered is marked ``reasked``; when
+        the answered one had the same interrupt id (asked again after a crash), the new one's id
+        becomes ``<id>.<n>``, so no decision for the old question can be taken for it."""
+        if action.decision is None and not action.reasked:
+            answered = (*self.pending, *self.decided)
+            if any(p.tool_call_id == action.tool_call_id and p.decision for p in answered):
+                used = sum(p.id.split(".")[0] == action.id for p in self.decided)
+                new_id = f"{action.id}.{used}" if used else action.id
+                action = evolve(action, reasked=True, id=new_id)
         self.pending = [p for p in self.pending if p.id != action.id]
         self.pending.append(action)
 
