@@ -139,7 +139,10 @@ async def test_a_long_run_compacts_repeatedly_and_every_request_is_valid(tmp_pat
         assert st.compaction is not None and st.compaction.number == len(summaries)
         assert st.compaction.start == 1 and st.compaction.goal == GOAL
         record = await h.store.get_run(h.tenant_id, finished.run_id)
-        assert load_state(record.state).history_mark.index == st.compaction.end
+        mark = load_state(record.state).history_mark
+        # The covered range ends at the record's end; loads start at the last user prompt
+        # before it, here the run's own (the only one).
+        assert (mark.end, mark.index, mark.by) == (st.compaction.end, 0, "summarization")
         # Every request after the first compaction is bounded, opens with the goal.
         for request in turn_requests(model)[-10:]:
             assert sum(len(str(m)) for m in request.messages) < 4000 * 4

@@ -57,14 +57,17 @@ class Todo:
 
 @frozen
 class HistoryMark:
-    """Where a session's history may be loaded from: ``index`` is a session index (0: the
-    whole history); the messages before it are covered by a record of middleware ``by``,
-    and no request of the session needs them any more. ``note`` is what people read at the
-    mark (``hango runs show`` prints it where the covered messages end): a line, or a few."""
+    """Where a session's history may be loaded from. ``end`` is the session index where the
+    messages covered by a record of middleware ``by`` end (0: none are), and no request of the
+    session needs those any more; ``index`` is where loading starts: a user prompt at or
+    before ``end`` (a history loaded from there opens as a valid one does, so no repair trims
+    it), 0 for the whole history. ``note`` is what people read at ``end`` (``hango runs show``
+    prints it there): a line, or a few."""
 
     index: int = 0
     by: str = ""
     note: str = ""
+    end: int = 0
 
 
 @define
@@ -102,19 +105,28 @@ class State:
     history_mark: HistoryMark = field(factory=HistoryMark)
 
 
-def mark_history(state: State, index: int, *, by: str, note: str = "") -> None:
-    """Record that middleware ``by`` keeps what the messages before session index ``index``
-    said (a summary in its private state), so later loads of the session start there.
+def mark_history(state: State, end: int, *, by: str, note: str = "") -> None:
+    """Record that middleware ``by`` keeps what the messages before session index ``end``
+    said (a summary in its private state), so later loads of the session start at the last
+    user prompt at or before ``end`` (``HistoryMark.index``; the mark stays where it was when
+    there is none after it).
 
-    A mark only moves forward. Raises ``ValueError`` for an ``index`` before the current mark
+    A mark only moves forward. Raises ``ValueError`` for an ``end`` before the current mark's
     or after the end of the history (``history_start + len(messages)``)."""
-    end = state.history_start + len(state.messages)
-    if not state.history_mark.index <= index <= end:
+    base, last = state.history_start, state.history_start + len(state.messages)
+    current = state.history_mark
+    if not current.end <= end <= last:
         raise ValueError(
-            f"middleware {by!r}: history mark {index} is outside "
-            f"{state.history_mark.index}..{end} (a mark only moves forward, within the history)"
+            f"middleware {by!r}: history mark {end} is outside {current.end}..{last} (a mark "
+            "only moves forward, within the history)"
         )
-    state.history_mark = HistoryMark(index, by, note)
+    index = current.index
+    for i in range(min(end - base, len(state.messages) - 1), max(current.index - base, -1), -1):
+        m = state.messages[i]
+        if m.role == "user" and len(m.tool_results) != len(m.content):  # a prompt
+            index = base + i
+            break
+    state.history_mark = HistoryMark(index, by, note, end)
 
 
 class StateError(Exception):
@@ -227,7 +239,7 @@ def dump_state(state: State) -> dict[str, JSON]:
         # Absent until a middleware marks the history: documents without one stay as they were.
         **(
             {}
-            if not state.history_mark.index
+            if state.history_mark == HistoryMark()
             else {"history_mark": CONVERTER.unstructure(state.history_mark)}
         ),
     }

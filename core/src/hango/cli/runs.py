@@ -238,7 +238,7 @@ def _history_mark(state: Any) -> HistoryMark | None:
         mark = load_state(state).history_mark
     except StateError:
         return None  # reported with the plan below
-    return mark if mark.index > 0 else None
+    return mark if mark.end > 0 else None
 
 
 def _print_run(record: RunRecord, messages: list[Any]) -> None:
@@ -259,7 +259,7 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
         console.print(f"error: {record.error}", markup=False, style="red")
     mark = _history_mark(record.state)
     for i, m in enumerate(messages):
-        if mark is not None and i == mark.index:
+        if mark is not None and i == mark.end:
             # The messages above are covered by a compaction: what the model sees of them.
             console.print(Text(f"── {mark.by}: {mark.note}", style="yellow"))
         for block in m.content:
