@@ -63,8 +63,10 @@ class RepeatCallMiddleware:
             result = await next(req)
             # Counted once it has a result: a call cut short by a cancel gave the model
             # nothing to reuse, so calling it again after a resume is not a repeat. Loaded
-            # again: sibling calls of a concurrent batch may have counted meanwhile.
-            seen, _ = load_private(req.state, self.name, RepeatCounts)
+            # again when a sibling of a concurrent batch stored counts meanwhile (none stored
+            # yet: ``seen`` is still all there is, and the absence is reported once).
+            if self.name in req.state.private:
+                seen, _ = load_private(req.state, self.name, RepeatCounts)
             self._count(req.state, seen, key)
             return result
         self._count(req.state, seen, key)
