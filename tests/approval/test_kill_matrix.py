@@ -177,6 +177,9 @@ class Scenario:
         (root / "agent.toml").write_text(
             f'name = "kill-matrix"\nmodel = "scripted:script.json"\n'
             f'tools = ["{self.module}:TOOLS"]\nmax_turns = 4\n'
+            # One at a time: the kill points sit between calls of the batch (a kill in a
+            # concurrent batch is core/tests/test_concurrent_tools.py's).
+            "max_tool_concurrency = 1\n"
             "[options.human_in_the_loop]\ninterrupt_on = { gated = true }\n"
         )
 
@@ -194,7 +197,8 @@ class Scenario:
     def kill_when_reached(self, proc: subprocess.Popen[bytes], point: str) -> None:
         reached = self.root / "reached"
         deadline = time.monotonic() + 60
-        while not reached.exists():
+        # Until its text is there too: the file exists a moment before it is written.
+        while not reached.exists() or not reached.read_text():
             if proc.poll() is not None:
                 out = proc.communicate()[0].decode()
                 pytest.fail(f"the process ended before {point}: {proc.returncode}\n{out}")
