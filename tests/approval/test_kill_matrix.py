@@ -162,6 +162,10 @@ GATED_A = "toolu_scripted_0_0"  # in SINGLE
 PAR_A, PAR_B = "toolu_scripted_0_1", "toolu_scripted_0_3"
 
 
+#: Seconds after which the claim of a killed process (HANGO_RUN_LEASE_SECONDS=1) has lapsed.
+CLAIM_LAPSES = 1.1
+
+
 class Scenario:
     """The files of one test's agent, and its processes."""
 
@@ -185,7 +189,8 @@ class Scenario:
 
     def process(self, kill_at: str | None, *args: str) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
-        env |= {"KILL_TOOLS": self.module, "PYTHONUNBUFFERED": "1"}
+        # A short claim: the next executor may take a killed process's run over once it lapses.
+        env |= {"KILL_TOOLS": self.module, "PYTHONUNBUFFERED": "1", "HANGO_RUN_LEASE_SECONDS": "1"}
         if kill_at:
             env["KILL_AT"] = kill_at
         return subprocess.Popen(
@@ -209,6 +214,7 @@ class Scenario:
         proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL
         reached.unlink()
+        time.sleep(CLAIM_LAPSES)
 
     def finish(self, proc: subprocess.Popen[bytes]) -> None:
         out = proc.communicate(timeout=60)[0].decode()
@@ -230,6 +236,7 @@ class Scenario:
         else:
             self.finish(proc)
             assert proc.returncode == -signal.SIGKILL  # in-tool: the tool killed it
+            time.sleep(CLAIM_LAPSES)
 
     def executions(self) -> collections.Counter[str]:
         log = self.root / "executions.log"

@@ -305,6 +305,9 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
     assert printed("execute_tool search  INTERNAL  ")
     stack = ",".join(
         (
+            "skills",
+            "filesystem",
+            "mcp",
             "summarization",
             "repair_tool_calls",
             "todo",
@@ -312,6 +315,7 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
             "limits",
             "model_fallback",
             "prompt_cache",
+            "memory",
             "human_in_the_loop",
             "tool_retry",
             "tool_allowlist",

@@ -29,7 +29,7 @@ from hango.agent.events import (
 from hango.agent.interrupts.decide import DecisionRefused
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError
-from hango.config import ConfigError
+from hango.config import Config, ConfigError
 from hango.plugins import PluginError
 from hango.provider import (
     JSON,
@@ -56,8 +56,16 @@ from hango.provider import (
     Usage,
     model_from_spec,
 )
-from hango.run import Decided, Harness, RunNotResumable
-from hango.store import RunStore, StoreError, open_store
+from hango.run import (
+    Decided,
+    Delivered,
+    Engine,
+    EngineError,
+    Harness,
+    RunNotResumable,
+    StepResult,
+)
+from hango.store import RunBusy, RunSave, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -71,11 +79,15 @@ __all__ = [
     "AgentFileError",
     "AttemptDiscarded",
     "Block",
+    "Config",
     "ConfigError",
     "ContextCompacted",
     "Decided",
     "Decision",
     "DecisionRefused",
+    "Delivered",
+    "Engine",
+    "EngineError",
     "Event",
     "Harness",
     "InterruptRaised",
@@ -91,8 +103,10 @@ __all__ = [
     "PluginError",
     "ProviderRetry",
     "Request",
+    "RunBusy",
     "RunFinished",
     "RunNotResumable",
+    "RunSave",
     "RunStarted",
     "RunStatus",
     "RunStore",
@@ -100,6 +114,7 @@ __all__ = [
     "ScriptedModel",
     "ServerBlock",
     "StateError",
+    "StepResult",
     "StopReason",
     "StoreError",
     "TextBlock",

@@ -23,6 +23,7 @@ from hango import (
     ModelError,
     ModelResponse,
     Request,
+    RunSave,
     StopReason,
     TextBlock,
     ToolResultBlock,
@@ -191,13 +192,15 @@ async def test_the_store_loads_a_session_from_an_index(store: RunStore, tenant: 
     history = tool_history(3)
     run = await store.create_run(tenant, agent.id, history[0])
     await store.save_run(
-        tenant,
-        run.id,
-        version=run.version,
-        status=run.status,
-        state={},
-        messages=history[1:],
-        from_index=1,
+        RunSave(
+            tenant,
+            run.id,
+            version=run.version,
+            status=run.status,
+            state={},
+            messages=history[1:],
+            from_index=1,
+        )
     )
     assert await store.load_messages(tenant, run.session_id) == history
     assert await store.load_messages(tenant, run.session_id, start=3) == history[3:]

@@ -65,6 +65,7 @@ from hango.agent.interrupts.records import (
     Interrupt,
     InterruptError,
     PendingAction,
+    RanCall,
     StartedCall,
     argument_digest,
 )
@@ -238,6 +239,16 @@ class _WouldRun(BaseException):
     """Raised by the innermost handler of a probe: no middleware paused the call."""
 
 
+class _SaveFailed(BaseException):
+    """A save made inside the innermost tool handler failed (the database is away, the lease
+    lost). Carried through the chain, which would turn an ``Exception`` there into the tool's
+    error result, to the loop, which raises ``error``: the run stops, the tool did not fail."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
     """Calls of the last assistant message that have no result yet: its batch is unfinished.
 
@@ -259,9 +270,11 @@ def held_calls(state: State) -> frozenset[str]:
     """Ids of the calls a resumed run finishes itself, which a history repair must leave
     unanswered: the unfinished calls of a batch suspended for decisions, and every call that
     started without a saved result (its outcome is unknown; only the loop may decide what
-    happens to it)."""
-    held = set(state.interrupts.started)
-    if state.interrupts.pending:
+    happens to it) or whose body returned a result not saved in the history yet (the loop
+    answers it with that result), and the unfinished calls of a batch a step boundary ended
+    a pass in."""
+    held = set(state.interrupts.started) | set(state.interrupts.ran)
+    if state.interrupts.pending or state.interrupts.stepped:
         held.update(c.id for c in pending_calls(state.messages))
     return frozenset(held)
 
@@ -342,7 +355,10 @@ class AgentLoop:
     ``chain`` wraps every model and tool call, ``model`` answers, ``view`` is the agent's
     tools (the chain's tool providers add theirs per turn), ``emit`` receives the events and
     ``checkpoint`` saves the state; ``stop``, once set, ends the pass at the next turn
-    boundary (status ``queued``).
+    boundary (status ``queued``). ``step_done`` is called after each step is saved (a model
+    response, one tool call's result); once it returns True the pass ends there with status
+    ``running`` (the execution seam, ``hango.run.step``, which runs a limited pass's batches
+    one call at a time).
     """
 
     def __init__(
@@ -356,6 +372,7 @@ class AgentLoop:
         emit: Emit,
         checkpoint: Checkpoint,
         stop: anyio.Event | None = None,
+        step_done: Callable[[], bool] | None = None,
     ) -> None:
         self.state = state
         self.chain = chain
@@ -365,6 +382,9 @@ class AgentLoop:
         self.emit = emit
         self._save = checkpoint
         self.stop = stop
+        self._step_done = step_done
+        self._stepped = False  # ``step_done`` ended the pass
+        self._ran_here: set[str] = set()  # calls whose body returned in this pass
         self.usage = Usage()
         self.stop_reason: StopReason | None = None
         self.turns = turns_taken(state.messages)
@@ -388,6 +408,8 @@ class AgentLoop:
 
     async def run(self) -> LoopOutcome:
         """Run to the end of the agent's turn; see ``run_loop``."""
+        # This pass goes on with the batch; should it end by a crash, nothing says it was stepped.
+        self.state.interrupts.stepped = False
         outcome = await self.resume_frontier()
         while outcome is None:
             outcome = await self.turn()
@@ -399,7 +421,10 @@ class AgentLoop:
         unfinished = pending_calls(self.state.messages)
         if not unfinished:
             return None
-        if await self.run_batch(unfinished, self.tools_now()):
+        paused = await self.run_batch(unfinished, self.tools_now())
+        if self._stepped:
+            return self._step_ended()
+        if paused:
             return self._ended(RunStatus.SUSPENDED)
         await self.emit(TurnFinished(self.turns))
         if self.state.output is not None:
@@ -428,10 +453,12 @@ class AgentLoop:
                 failed = self._final_answers(response, calls, answered)
             if not calls and self.stop_reason is not StopReason.PAUSE_TURN:
                 if asked is None:
+                    self._step()  # the last step: the run ends here anyway
                     # The runner saves this message together with the final status, atomically.
                     return self._ended(RunStatus.COMPLETED)
                 failed = self._text_answer(response, asked)
                 if failed is None:
+                    self._step()
                     return self._completed()
             if failed is not None:
                 state.output_failures += 1
@@ -447,7 +474,12 @@ class AgentLoop:
                     state.messages.append(Message.user(_retry_text(failed, asked)))
             self._answer(answered)
             await self.checkpoint()
-            if calls and await self.run_batch(calls, tools, answered):
+            if self._step():
+                return self._step_ended()
+            paused = await self.run_batch(calls, tools, answered) if calls else []
+            if self._stepped:
+                return self._step_ended()
+            if paused:
                 return self._ended(RunStatus.SUSPENDED)
             await self.emit(TurnFinished(self.turns))
             if state.output is not None:
@@ -624,6 +656,8 @@ class AgentLoop:
                 if len(group) == 1 or self.settings.max_tool_concurrency == 1:
                     for call in group:
                         await self._one(call, tools, batch, answered, _Start())
+                        if self._stepped:
+                            return batch.paused
                     continue
                 limited = len(group) > self.settings.max_tool_concurrency
                 try:
@@ -714,6 +748,7 @@ class AgentLoop:
         if state.todos is not todos_before:
             telemetry.record_todos(t.status for t in state.todos)
             await self.emit(TodosUpdated(tuple(state.todos)))
+        self._step()
 
     async def _run_call(
         self, call: ToolUseBlock, tools: Mapping[str, Tool]
@@ -733,6 +768,8 @@ class AgentLoop:
                 _check_pause(pause, scope)
                 raised(pause.action)
                 return pause
+            except _SaveFailed as failed:
+                raise failed.error from None
             if result.is_error:
                 # An error often quotes what failed: a key or token must not reach the
                 # history, the model or the caller.
@@ -779,6 +816,12 @@ class AgentLoop:
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
         book = self.state.interrupts
+        digest = argument_digest(call.name, call.input)
+        ran = book.ran.get(call.id)
+        if ran is not None and ran.digest == digest and call.id not in self._ran_here:
+            # Its body returned in a pass that stopped before the result was saved: never
+            # run it again (a wrapper's own retry within this pass is not affected).
+            return ToolResult(ran.content, ran.is_error)
         started = book.started.get(call.id)
         if started is not None and not (scope.decided or scope.started):
             # Started by a pass that stopped before saving its result: no one decided to
@@ -787,27 +830,54 @@ class AgentLoop:
         if scope.decided or not getattr(tool, "idempotent", True):
             # Saved before it runs: a resumed run must know this call may have taken effect,
             # and the decision it runs on is used up.
-            book.start(call.id, call.name, argument_digest(call.name, call.input))
+            book.start(call.id, call.name, digest)
             scope.started = True
-            await self.checkpoint()
+            await self._save_in_call()
         ctx = ToolContext(treq.state, call)
         batch = self._batch
         if batch is None:
-            return await tool.call(arguments, ctx)
-        batch.current.fire()
-        batch.lock.release()
-        try:
-            return await tool.call(arguments, ctx)
-        finally:
-            # Shielded: a cancelled call must hold the lock again before its chain unwinds.
-            with anyio.CancelScope(shield=True):
-                await _take(batch.lock)
+            result = await tool.call(arguments, ctx)
+        else:
+            batch.current.fire()
+            batch.lock.release()
+            try:
+                result = await tool.call(arguments, ctx)
+            finally:
+                # Shielded: a cancelled call must hold the lock again before its chain unwinds.
+                with anyio.CancelScope(shield=True):
+                    await _take(batch.lock)
+        # Saved before any wrapper sees it: a wrapper failing after ``next`` returned (or a
+        # crash) must not make the resumed run call the body a second time.
+        content = storable_result(result.content, self.settings.max_result_chars)
+        book.ran_body(call.id, RanCall.of(call.name, digest, content, result.is_error))
+        self._ran_here.add(call.id)
+        await self._save_in_call()
+        return result
 
     # -- saving and ending ---------------------------------------------------------------------
 
     async def checkpoint(self) -> None:
         """Save the state (the runner's ``checkpoint``)."""
         await self._save(self.state)
+
+    async def _save_in_call(self) -> None:
+        """``checkpoint`` from inside the innermost tool handler: a failure is carried to the
+        loop (``_SaveFailed``) instead of becoming the tool's error result."""
+        try:
+            await self.checkpoint()
+        except Exception as exc:
+            raise _SaveFailed(exc) from exc
+
+    def _step(self) -> bool:
+        """A step was saved: True when ``step_done`` ends the pass here."""
+        if self._step_done is not None and self._step_done():
+            self._stepped = True
+        return self._stepped
+
+    def _step_ended(self) -> LoopOutcome:
+        # Saved as it is: the next step (any process) goes on from here, with the batch.
+        self.state.interrupts.stepped = bool(pending_calls(self.state.messages))
+        return self._ended(RunStatus.RUNNING)
 
     def _ended(self, status: RunStatus, error: str | None = None) -> LoopOutcome:
         # A suspended run: the runner saves the questions with the history and this status,
@@ -875,13 +945,15 @@ async def run_loop(
     emit: Emit,
     checkpoint: Checkpoint,
     stop: anyio.Event | None = None,
+    step_done: Callable[[], bool] | None = None,
 ) -> LoopOutcome:
     """Run ``state`` to the end of the agent's turn (``AgentLoop(...).run()``).
 
     Turns are counted from the run's own prompt in the history (``turns_taken``), so a resumed
     run keeps its ``max_turns`` budget. ``stop``, once set, ends the loop at the next turn
     boundary (after a tool batch, all its results saved) with status ``queued``: the run is
-    whole and another process can continue it (a worker's SIGTERM).
+    whole and another process can continue it (a worker's SIGTERM). ``step_done``: see
+    ``AgentLoop``.
 
     Returns the outcome. Exceptions from the model (``ModelError``) or a middleware propagate
     to the caller, after the last checkpoint.
@@ -895,6 +967,7 @@ async def run_loop(
         emit=emit,
         checkpoint=checkpoint,
         stop=stop,
+        step_done=step_done,
     )
     return await loop.run()
 

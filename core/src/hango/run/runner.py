@@ -18,7 +18,6 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import anyio
-import attrs
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
@@ -30,15 +29,12 @@ from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.interrupts.records import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware, ToolChecker
-from hango.agent.stack import IN_PROCESS, Placement, in_process
 from hango.agent.state import (
     State,
     StateError,
-    dump_state,
     load_run_state,
     load_state,
     new_run_state,
-    session_scoped,
 )
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
 from hango.config import (
@@ -49,35 +45,32 @@ from hango.config import (
     hango_settings,
     int_setting,
 )
-from hango.discovery import check_options, discover, resolve_stack
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.errors import ModelError
-from hango.provider.messages import JSON, Message, StopReason, Usage
+from hango.provider.messages import JSON, Message, Usage
 from hango.provider.model import Model
 from hango.run.decide import Decided, decide_run
+from hango.run.plan import Planner, RunNotResumable, RunPlan, StackFactory
+from hango.run.saver import Saver
+from hango.run.step import StepBudget, StepResult, claimed, executor_name, run_lease_seconds
 from hango.store.base import (
     Lease,
     LeaseLost,
     RunRecord,
     RunStore,
     StaleVersion,
-    StoreError,
     StoreUnavailable,
     UnstorableContent,
 )
+from hango.store.memory import memory_of_run
+from hango.store.workspace import bound_store
 from hango.tool.registry import ToolRegistry
 
-StackFactory = Callable[[StackConfig], Sequence[Middleware]]
+__all__ = ["AllowlistWarning", "Harness", "RunNotResumable", "StackFactory"]
 
 
 class AllowlistWarning(HangoWarning):
     """An agent's ``tool_allowlist`` names a tool that nothing provides."""
-
-
-class RunNotResumable(StoreError):
-    """The run cannot be continued here, and nothing was written: it has completed, or it
-    needs what this process lacks (a plugin's distribution, an object given in Python). The
-    message says which."""
 
 
 async def _discard(_: Event) -> None:
@@ -99,6 +92,9 @@ class Harness:
 
     A run records what it started with (its stack, with each middleware's distribution and
     version, and its model spec); ``execute`` rebuilds exactly that, whichever process runs it.
+    Each run is planned once (``hango.run.plan``): ``start`` makes its ``RunPlan`` and an
+    ``execute`` of that run in this harness uses it; a run continued here otherwise (resume,
+    a worker) gets one plan per ``execute``.
     """
 
     def __init__(
@@ -116,21 +112,83 @@ class Harness:
         settings: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
-        self.tools = tools
         self.tenant_id = tenant_id
-        self.model = model
-        self.model_spec = model_spec
-        self.base_url = base_url
-        self.middleware = tuple(middleware)
-        self.settings = dict(hango_settings() if settings is None else settings)
+        self._plugins = plugins
+        # The harness's model, tools, middleware and settings live in its planner, which
+        # makes every plan from them (setting one here changes the next plan).
+        self.planner = Planner(
+            settings=dict(hango_settings() if settings is None else settings),
+            plugins=lambda: self.plugins,
+            middleware=middleware,
+            stack=stack,
+            tools=tools,
+            model=model,
+            model_spec=model_spec,
+            base_url=base_url,
+        )
         self.max_result_chars = int_setting(
             self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
         )
-        self._custom_stack = stack
-        self._plugins = plugins
+        self.lease_seconds = run_lease_seconds(self.settings)
         # Agents holding Python objects, by the id of a run started here: only this process
         # can continue those runs.
         self._live: dict[uuid.UUID, AgentDefinition] = {}
+        # Plans made here for runs to execute here next (start, decide): execute takes them.
+        self._planned: dict[uuid.UUID, RunPlan] = {}
+
+    @property
+    def settings(self) -> Mapping[str, str]:
+        """The ``HANGO_*`` settings every run of this harness reads."""
+        return self.planner.settings
+
+    @settings.setter
+    def settings(self, value: Mapping[str, str]) -> None:
+        self.planner.settings = value
+
+    @property
+    def model(self) -> Model | None:
+        """The model object overriding every agent's, or None."""
+        return self.planner.model
+
+    @model.setter
+    def model(self, value: Model | None) -> None:
+        self.planner.model = value
+
+    @property
+    def model_spec(self) -> str | None:
+        """The model spec overriding every agent's (``--model``), or None."""
+        return self.planner.model_spec
+
+    @model_spec.setter
+    def model_spec(self, value: str | None) -> None:
+        self.planner.model_spec = value
+
+    @property
+    def base_url(self) -> str | None:
+        """The base URL going with ``model_spec``, or None."""
+        return self.planner.base_url
+
+    @base_url.setter
+    def base_url(self, value: str | None) -> None:
+        self.planner.base_url = value
+
+    @property
+    def tools(self) -> ToolRegistry | None:
+        """The tools replacing the agents' own, or None."""
+        return self.planner.tools
+
+    @tools.setter
+    def tools(self, value: ToolRegistry | None) -> None:
+        self.planner.tools = value
+
+    @property
+    def middleware(self) -> tuple[Middleware, ...]:
+        """Middleware objects for every agent's ``agent`` slot."""
+        return self.planner.middleware
+
+    @middleware.setter
+    def middleware(self, value: Sequence[Middleware]) -> None:
+        self.planner.middleware = tuple(value)
 
     @property
     def plugins(self) -> PluginManager:
@@ -146,20 +204,22 @@ class Harness:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        engine: str | None = None,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
-        for a worker.
+        for a worker; ``engine`` names the engine that will execute it (``hango.run.engine``:
+        recorded as ``config["engine"]``; the run stays ``running`` with no lease, so the own
+        queue's workers never take it) and, like a queued run, needs a portable agent.
 
         Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
         ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
         setting is invalid, or a run to queue has an agent holding Python objects) or
         ``PluginError``.
         """
-        registry = self.tools if self.tools is not None else agent.load_tools()
-        placements = self._resolve(agent)
-        _check_tools(agent, registry, self._chain(placements))
-        if status is RunStatus.QUEUED and not agent.portable:
+        plan = self.planner.new(agent)
+        _check_tools(agent, plan.tools, plan.chain)
+        if (status is RunStatus.QUEUED or engine is not None) and not agent.portable:
             # A worker rebuilds the agent from its stored JSON, which cannot hold the objects.
             # (Middleware objects given to the Harness are fine: only workers whose Harness
             # has middleware of those names claim the run.)
@@ -177,82 +237,35 @@ class Harness:
             session_id=session_id,
             status=status,
             config={
-                "stack": [p.record() for p in placements],
-                "model": self.model_spec or agent.model_spec,
-                "base_url": self.base_url or agent.base_url,
+                **plan.record(),
                 # Started for workers: a decision puts it back on the queue (hango resume).
                 "queued": status is RunStatus.QUEUED,
+                **({"engine": engine} if engine is not None else {}),
             },
         )
-        if not agent.portable or agent.output_type is not None:
-            # Only this process can continue it, or return its output as the agent's type.
+        if not agent.portable:
             self._live[run.id] = agent
+        if status is RunStatus.RUNNING:
+            self._planned[run.id] = plan
         return run
 
     def stack_config(self, agent: AgentDefinition) -> StackConfig:
         """What plugins build a run's middlewares from; the agent's ``[options.*]`` tables are
         validated here (``ConfigError`` naming the table and field)."""
-        source = agent.label
-        check_options(agent.options, self.plugins, source=source)
-        allowlist = agent.tool_allowlist
-        return StackConfig(
-            tool_allowlist=None if allowlist is None else frozenset(allowlist),
-            settings=self.settings,
-            agent_middleware=agent.middleware_names,
-            middleware_options=agent.options,
-            source=source,
-            base_dir=agent.base_dir,
-        )
+        return self.planner.stack_config(agent)
 
     def installed_middleware(self) -> frozenset[str]:
         """The middleware names this harness can build: what the installed plugins provide,
         and the objects it was given. A worker claims only runs whose stack is within it."""
-        if self._custom_stack is not None:
-            config = StackConfig(settings=self.settings)
-            return frozenset(m.name for m in self._custom_stack(config))
-        provided = discover(StackConfig(settings=self.settings), self.plugins)
-        return frozenset({p.name for p in provided} | {m.name for m in self.middleware})
+        return self.planner.installed()
 
-    def _resolve(self, agent: AgentDefinition) -> list[Placement]:
-        """The stack for a new run of ``agent``, in chain order."""
-        config = self.stack_config(agent)
-        if self._custom_stack is not None:
-            return [in_process(m) for m in self._custom_stack(config)]
-        objects = (*agent.middleware_objects, *self.middleware)
-        return resolve_stack(config, self.plugins, objects=objects)
-
-    def _rebuild(self, run: RunRecord, agent: AgentDefinition) -> list[Placement]:
-        """Exactly the stack ``run`` recorded (a run recorded before stacks were: the current
-        one). Raises ``RunNotResumable`` naming what is missing here."""
-        recorded = run.config.get("stack")
-        if recorded is None:
-            return self._resolve(agent)
-        # Before the agent's options are checked: a missing plugin is the news, not the table
-        # it would have read.
-        here = self.installed_middleware() | {m.name for m in agent.middleware_objects}
-        for entry in recorded:
-            if entry["name"] not in here:
-                raise RunNotResumable(_missing(run.id, entry))
-        config = self.stack_config(agent)
-        if self._custom_stack is not None:
-            available = {m.name: in_process(m) for m in self._custom_stack(config)}
-        else:
-            available = {p.name: p for p in discover(config, self.plugins)}
-            for mw in (*agent.middleware_objects, *self.middleware):
-                available[mw.name] = in_process(mw)
-        stack: list[Placement] = []
-        for entry in recorded:
-            placement = available.get(entry["name"])
-            if placement is None:
-                raise RunNotResumable(_missing(run.id, entry))
-            stack.append(placement)
-        return stack
-
-    async def _continuable(
-        self, run: RunRecord, agent: AgentDefinition | None
-    ) -> tuple[AgentDefinition, list[Placement]]:
-        """The agent and exactly the recorded stack to continue ``run`` with here. Raises
-        ``RunNotResumable`` naming what this process lacks, writing nothing."""
+    async def _continuable(self, run: RunRecord, agent: AgentDefinition | None) -> RunPlan:
+        """The plan to continue ``run`` with here: the one made for it here (``start``,
+        ``decide``), else one made now from its stored agent and exactly its recorded stack.
+        Raises ``RunNotResumable`` naming what this process lacks, writing nothing."""
+        planned = self._planned.get(run.id)
+        if planned is not None and (agent is None or agent is planned.agent):
+            return planned
         agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
         stored = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
         agent = agent or self._live.get(run.id)
@@ -268,25 +281,7 @@ class Harness:
             raise RunNotResumable(
                 f"run {run.id} belongs to agent {stored.name!r}, not {agent.name!r}"
             )
-        return agent, self._rebuild(run, agent)
-
-    def _chain(self, placements: Sequence[Placement]) -> Chain:
-        # Origins name a failing middleware's distribution in its MiddlewareError.
-        return Chain.build(
-            [p.middleware for p in placements], origins={p.name: p.origin for p in placements}
-        )
-
-    def _model(self, run: RunRecord, agent: AgentDefinition) -> Model:
-        """The model to continue ``run`` with: this harness's override, else the model the run
-        was started with (recorded), else the agent's."""
-        if self.model is not None:
-            return self.model
-        if self.model_spec is not None:
-            return agent.build_model(self.model_spec, self.base_url)
-        recorded = run.config.get("model")
-        if recorded is None or not isinstance(agent.model, str):
-            return agent.build_model()
-        return agent.build_model(recorded, run.config.get("base_url"))
+        return self.planner.recorded(run, agent)
 
     async def run(
         self,
@@ -320,17 +315,21 @@ class Harness:
         ``agent`` as there), writing nothing.
         """
         run = await self.store.get_run(self.tenant_id, run_id)
+        plan = None
         if not queue:
-            # Else the run would be left ``running`` with nobody to run it.
-            await self._continuable(run, agent)
-
+            # Else the run would be left ``running`` with nobody to run it; the plan is kept
+            # for the execute that follows (``resume``), so a resume plans its run once.
+            plan = await self._continuable(run, agent)
         tools = None  # for checking an edit: imported only when there is one
         if any(d.type == "edit" for d in decisions.values()):
-            tools = await self._tools_of(run, agent)
+            tools = plan.tools if plan is not None else await self._tools_of(run, agent)
         ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
-        return await decide_run(
+        done = await decide_run(
             self.store, self.tenant_id, run_id, decisions, ready=ready, tools=tools
         )
+        if plan is not None:
+            self._planned[run_id] = plan
+        return done
 
     async def _tools_of(self, run: RunRecord, agent: AgentDefinition | None) -> ToolRegistry | None:
         """The agent's own tools for ``run``; None when this process cannot have them (an
@@ -418,26 +417,120 @@ class Harness:
         A run that pauses for a decision ends ``suspended``: its pending actions are saved with
         its history and listed in ``RunFinished.pending``. A suspended run some of whose
         pending actions have no decision yet raises ``RunNotResumable``, writing nothing.
+
+        One executor per run: the run is held under a claim while it executes (``lease``, or
+        one taken here, ``hango.run.step``); a run another task, process or worker is executing
+        raises ``RunBusy`` (naming it and its holder) before anything runs or is written.
         """
+        finished, _ = await self._advance(
+            run_id, emit=emit, stop=stop, agent=agent, lease=lease, budget=StepBudget(None)
+        )
+        return finished
+
+    async def step(
+        self,
+        run_id: uuid.UUID,
+        *,
+        steps: int | None = 1,
+        lease: Lease | None = None,
+        stop: anyio.Event | None = None,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        agent: AgentDefinition | None = None,
+    ) -> StepResult:
+        """Advance the saved run ``run_id`` by ``steps`` steps (a model turn, or one tool call
+        of a batch; ``None``: to its end) and save: the execution seam (``hango.run.step``,
+        docs/explanation/execution-seam.md), which ``execute`` and the queue worker use too.
+
+        Idempotent: repeating a step (an engine's retry after a crash or a timeout) goes on
+        from the last save, never runs a call whose body returned again, and answers a
+        non-idempotent call whose outcome is unknown as such instead of running it. A run that
+        has completed, or waits for decisions, is reported as it stands (``steps`` 0), writing
+        nothing. Fenced: the run is held under a claim (``lease``, a worker's, or one taken
+        here); every save carries its token.
+
+        Returns a ``StepResult`` (``more``: another step advances it). Raises as ``execute``
+        does, except for the two cases above: ``RunBusy`` (another executor holds the run),
+        ``NotFound``, ``RunNotResumable`` (what the run needs is missing here), ``LeaseLost``,
+        ``StaleVersion``, ``StoreUnavailable``, ``ValueError`` for ``steps`` below 1.
+        """
+        budget = StepBudget(steps)
+        finished, settled = await self._advance(
+            run_id, emit=emit, stop=stop, agent=agent, lease=lease, budget=budget, settle=True
+        )
+        return StepResult.of(finished, 0 if settled else budget.taken)
+
+    async def _advance(
+        self,
+        run_id: uuid.UUID,
+        *,
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        agent: AgentDefinition | None,
+        lease: Lease | None,
+        budget: StepBudget,
+        settle: bool = False,
+    ) -> tuple[RunFinished, bool]:
+        """Execute ``run_id`` under its claim until ``budget`` runs out or the run ends; with
+        ``settle``, a completed run or one waiting for decisions is returned as it stands
+        (second value True) instead of raising ``RunNotResumable``."""
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
+            if settle:
+                return _finished(run, run.status, ()), True
             raise RunNotResumable(f"run {run_id} already completed")
-        # Not ``version > 0``: a worker's claim increments the version before the run has
-        # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
+        if settle and (waiting := _waiting(run)):
+            return _finished(run, run.status, waiting), True
+        plan = await self._continuable(run, agent)
+        self._planned.pop(run_id, None)  # one plan per execute: the next one plans again
+        async with claimed(
+            self.store,
+            self.tenant_id,
+            run_id,
+            lease=lease,
+            owner=lease.owner if lease is not None else executor_name(),
+            lease_seconds=self.lease_seconds,
+        ) as held:
+            # As the claim found it: another executor may have saved it since the read above.
+            run = await self.store.get_run(self.tenant_id, run_id)
+            if run.status is RunStatus.COMPLETED:
+                if settle:
+                    return _finished(run, run.status, ()), True
+                raise RunNotResumable(f"run {run_id} already completed")
+            return await self._pass(
+                run, plan, held, emit=emit, stop=stop, budget=budget, settle=settle
+            )
+
+    async def _pass(
+        self,
+        run: RunRecord,
+        plan: RunPlan,
+        lease: Lease,
+        *,
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        budget: StepBudget,
+        settle: bool,
+    ) -> tuple[RunFinished, bool]:
+        """One pass over ``run``, held under ``lease``: load, loop, save at every boundary."""
+        run_id = run.id
+        # Not ``version > 0``: a claim increments the version before the run has executed.
+        # The first checkpoint always writes the state, so ``{}`` means "never ran".
         resumed = run.state != {}
-        agent, placements = await self._continuable(run, agent)
-        saver = _Saver(self.store, run, lease)
+        agent = plan.agent
+        saver = Saver(self.store, run, lease)
         previous = None if resumed else await _previous_state(self.store, run)
         try:
-            state = _initial_state(run, previous, session_scoped(p.middleware for p in placements))
+            state = _initial_state(run, previous, plan.session_scoped)
         except StateError as exc:
             # Keep the stored state as it is: the run fails, nothing is lost.
             await saver.mark_failed(str(exc))
             finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
             await emit(finished)
-            return finished
+            return finished, False
         waiting = state.interrupts.waiting()
         if run.status is RunStatus.SUSPENDED and waiting:
+            if settle:
+                return _finished(run, run.status, waiting), True
             raise RunNotResumable(
                 f"run {run_id} is suspended, waiting for a decision on tool call(s) "
                 f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
@@ -453,32 +546,34 @@ class Harness:
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
 
-        with telemetry.tracer.start_as_current_span(
-            f"invoke_agent {agent.name}",
-            kind=SpanKind.INTERNAL,
-            attributes={
-                telemetry.OPERATION_NAME: "invoke_agent",
-                telemetry.AGENT_NAME: agent.name,
-                telemetry.AGENT_ID: str(run.agent_id),
-                telemetry.CONVERSATION_ID: str(run.session_id),
-                telemetry.RUN_ID: str(run_id),
-            },
-        ) as span:
+        # The store is bound for the run's middlewares and tools (workspace files).
+        with (
+            bound_store(self.store),
+            telemetry.tracer.start_as_current_span(
+                f"invoke_agent {agent.name}",
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    telemetry.OPERATION_NAME: "invoke_agent",
+                    telemetry.AGENT_NAME: agent.name,
+                    telemetry.AGENT_ID: str(run.agent_id),
+                    telemetry.CONVERSATION_ID: str(run.session_id),
+                    telemetry.RUN_ID: str(run_id),
+                },
+            ) as span,
+            memory_of_run(self.store, agent.name),
+        ):  # hango.middleware.run_memory()
             try:
-                chain = self._chain(placements)
+                chain = plan.chain
                 span.add_event(
                     telemetry.MIDDLEWARE_STACK, {telemetry.MIDDLEWARE_NAMES: chain.names}
                 )
-                model = self._model(run, agent)
+                model = plan.build_model()
                 # The provider's model name (spans, requests), not the agent's spec.
                 model_name = getattr(model, "name", agent.model_spec)
                 spans.agent_model(span, spans.model_attributes(model), model_name)
-                registry = self.tools if self.tools is not None else agent.load_tools()
-                view = registry.view(agent.tool_allowlist)
-                await checkpoint(state)
+                view = plan.tools.view(agent.tool_allowlist)
                 await emit(RunStarted(run_id, run.session_id, resumed))
-                await chain.before_run(state)
-                await checkpoint(state)
+                await _first_checkpoint(state, chain, checkpoint)
                 outcome = await run_loop(
                     state,
                     chain=chain,
@@ -497,12 +592,17 @@ class Harness:
                         output_strategy=agent.output_strategy,
                         output_type=agent.output_type,
                         output_retries=agent.output_retries,
-                        max_tool_concurrency=agent.max_tool_concurrency,
+                        # A step is one tool call: a pass of limited steps runs its batch
+                        # one call at a time (docs/explanation/execution-seam.md).
+                        max_tool_concurrency=(
+                            agent.max_tool_concurrency if budget.limit is None else 1
+                        ),
                         sequential_tools=agent.sequential_tools,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
                     stop=stop,
+                    step_done=budget,
                 )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
@@ -538,83 +638,35 @@ class Harness:
                 outcome.error,
                 state.usage,
                 tuple(state.interrupts.waiting()) if suspended else (),
-                output=outcome.output if outcome.status is RunStatus.COMPLETED else None,
             )
             await emit(finished)
-            return finished
+            return finished, False
 
 
-class _Saver:
-    """Saves one run: tracks its version and the history as last saved, so each save writes
-    only the messages from the first one that changed; every save is fenced by ``lease``
-    (``None``: a run in a terminal, fenced by its version only)."""
+async def _first_checkpoint(
+    state: State, chain: Chain, checkpoint: Callable[[State], Awaitable[None]]
+) -> None:
+    """Run the ``before_run`` hooks, then make the run's first save.
 
-    def __init__(self, store: RunStore, run: RunRecord, lease: Lease | None = None) -> None:
-        self.store = store
-        self.run = run
-        self.lease = lease
-        self.version = run.version
-        # The history as last saved, from session index ``start`` on (``State.history_start``).
-        self.start = 0
-        self.saved: list[Message] = []
-
-    async def save(
-        self,
-        state: State,
-        status: RunStatus,
-        *,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-    ) -> None:
-        current = state.messages
-        first = _first_change(self.saved, current)
-        # Shielded: a save cancelled half way (Ctrl-C) may still commit, and a version this
-        # saver no longer knows would make the cancelled-save after it fail, leaving the run
-        # "running" with no owner. The save ends (or fails) by itself within the retry time.
-        with anyio.CancelScope(shield=True):
-            self.version = await self.store.save_run(
-                self.run.tenant_id,
-                self.run.id,
-                version=self.version,
-                status=status,
-                state=dump_state(state),
-                messages=current[first:],
-                from_index=self.start + first,
-                error=error,
-                stop_reason=stop_reason,
-                lease=self.lease,
-            )
-        self.saved = list(current)
-
-    async def finish(self, state: State, outcome: LoopOutcome) -> LoopOutcome:
-        """Save the run's last state with the outcome's status; returns the outcome saved. If
-        the state cannot be saved (content the store cannot hold, a private value that is not
-        JSON), the run is failed instead, keeping the state and history saved last (nothing is
-        lost that was saved, and nothing is left ``running``): with the outcome's own error if
-        it failed already, else with the reason it could not be saved."""
-        try:
-            await self.save(
-                state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
-            )
-        except (UnstorableContent, StateError) as exc:
-            failed_already = outcome.status is RunStatus.FAILED and outcome.error
-            error = outcome.error if failed_already else str(exc)
-            await self.mark_failed(error or str(exc))
-            return attrs.evolve(outcome, status=RunStatus.FAILED, error=error)
-        return outcome
-
-    async def mark_failed(self, error: str) -> None:
-        """Fail the run with ``error``, leaving its stored state and history as they are."""
-        with anyio.CancelScope(shield=True):
-            self.version = await self.store.save_run(
-                self.run.tenant_id,
-                self.run.id,
-                version=self.version,
-                status=RunStatus.FAILED,
-                state=None,
-                error=error,
-                lease=self.lease,
-            )
+    One save, not one before the hooks and one after: until it, the run did nothing a new
+    execution would not do again alike (its state comes from the records alone, and the
+    hooks run again), so a save before the hooks would record nothing durable. When the
+    hooks left a state that cannot be saved, the state from before them is saved first, so
+    the run fails keeping a valid document, then the error propagates."""
+    private, todos = dict(state.private), state.todos
+    await chain.before_run(state)
+    try:
+        await checkpoint(state)
+    except (StateError, UnstorableContent):
+        after = dict(state.private), state.todos
+        state.private.clear()
+        state.private.update(private)
+        state.todos = todos
+        await checkpoint(state)
+        state.private.clear()
+        state.private.update(after[0])
+        state.todos = after[1]
+        raise
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
@@ -646,28 +698,24 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
         )
 
 
-def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
-    name, dist = entry["name"], entry.get("distribution", "")
-    if dist == IN_PROCESS:
-        return (
-            f"run {run_id} was started with middleware {name!r} given as a Python object; "
-            "only a process holding it (Harness(middleware=[...])) can continue the run"
-        )
-    return (
-        f"run {run_id} was started with middleware {name!r} from distribution {dist} "
-        f"{entry.get('version', '')}, which is not installed here; install it, or continue "
-        "the run where it is"
-    )
-
-
 def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
     """How a run stands, from its record (for a resume that executed nothing)."""
-    saved = load_state(run.state) if isinstance(run.state, dict) and run.state else None
-    usage = saved.usage if saved is not None else Usage()
-    output = saved.output if saved is not None and status is RunStatus.COMPLETED else None
-    return RunFinished(
-        run.id, status, run.stop_reason, run.error, usage, tuple(pending), output=output
-    )
+    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
+    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+
+
+def _waiting(run: RunRecord) -> list[PendingAction]:
+    """The pending actions a suspended run waits for, from its record (none: it is not
+    suspended, or its state does not load, which the pass itself reports)."""
+    if run.status is not RunStatus.SUSPENDED or not isinstance(run.state, dict):
+        return []
+    try:
+        state = load_run_state(
+            run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+        )
+    except StateError:
+        return []
+    return state.interrupts.waiting()
 
 
 def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:
@@ -693,14 +741,3 @@ async def _previous_state(store: RunStore, run: RunRecord) -> JSON | None:
         if other.id != run.id:
             return other.state
     return None
-
-
-def _first_change(saved: list[Message], current: list[Message]) -> int:
-    """Index of the first message that differs.
-
-    The common case (history only grew) is one list comparison, which runs in C and compares
-    by identity first, so a long session costs next to nothing per save."""
-    n = min(len(saved), len(current))
-    if saved[:n] == current[:n]:
-        return n
-    return next(i for i in range(n) if saved[i] != current[i])

@@ -52,6 +52,12 @@ class SessionBusy(StoreError):
     ends with calls that wait for a decision)."""
 
 
+class RunBusy(StoreError):
+    """Another executor (a task, process or worker) holds the run's claim, a lease it still
+    renews: nothing was run or written. The message names the run, the holder and when the
+    claim lapses unless renewed (a crashed holder's claim is taken over from then on)."""
+
+
 class SchemaError(StoreError):
     """The database schema is not one this code can use (for example, newer than the code)."""
 
@@ -61,7 +67,7 @@ class LeaseLost(StoreError):
     it was released).
 
     Nothing was written. The old holder must stop: every later write it attempts under that
-    lease (``save_run(..., lease=...)``, ``renew_lease``, ``release_run``) is refused too."""
+    lease (``save_run`` with ``RunSave.lease``, ``renew_lease``, ``release_run``) is refused too."""
 
 
 class StoreUnavailable(StoreError):
@@ -223,6 +229,41 @@ class Lease:
     expires_at: dt.datetime
 
 
+@frozen
+class RunSave:
+    """One save of a run (``RunStore.save_run``), fenced by ``version`` and ``lease``.
+
+    ``status``, ``error`` and ``stop_reason`` replace the run's. ``state`` replaces its
+    state_json: a JSON object (encoded by the store), or its compact JSON text already
+    encoded (what the runner's saver passes: it re-encodes only the parts that changed), or
+    None to leave state_json as it is (so a run whose stored state is corrupt can be marked
+    failed without losing it). ``messages`` replace the session's messages from index
+    ``from_index`` on; ``from_index=None`` leaves the messages. ``lease``: the worker's, whose
+    token the run must still hold (None: a run in a terminal, fenced by its version only).
+    """
+
+    tenant_id: uuid.UUID
+    run_id: uuid.UUID
+    version: int = field(kw_only=True)
+    status: RunStatus = field(kw_only=True)
+    state: dict[str, Any] | str | None = field(kw_only=True)
+    messages: Sequence[Message] = field(default=(), kw_only=True)
+    from_index: int | None = field(default=None, kw_only=True)
+    error: str | None = field(default=None, kw_only=True)
+    stop_reason: StopReason | None = field(default=None, kw_only=True)
+    lease: Lease | None = field(default=None, kw_only=True)
+
+    def state_text(self) -> str | None:
+        """``state`` as the text to store (None: leave it); ``UnstorableContent`` as
+        ``storable_json``."""
+        if self.state is None:
+            return None
+        what = f"run {self.run_id}: its state"
+        if isinstance(self.state, str):
+            return storable_text_json(self.state, what)
+        return storable_json(self.state, what)
+
+
 class QueueWatch(Protocol):
     """Wakes an idle worker when a run is queued (see ``RunStore.watch_queue``)."""
 
@@ -242,7 +283,7 @@ class RunStore(Protocol):
     refused, a pool timeout) is retried on a fresh connection for ``HANGO_DB_RETRY_SECONDS``
     and then raised as ``StoreUnavailable``; a write retried after its connection died is not
     applied twice. Lease fencing: everything a worker writes to a run it holds goes through
-    its ``Lease`` (``save_run(..., lease=)``, ``renew_lease``, ``release_run``) and is refused
+    its ``Lease`` (``RunSave.lease``, ``renew_lease``, ``release_run``) and is refused
     with ``LeaseLost`` (or ``False``) once the lease is no longer the run's.
     """
 
@@ -315,35 +356,38 @@ class RunStore(Protocol):
         that one row. ``StoreError`` naming the row when it does not decode."""
         ...
 
-    async def save_run(
-        self,
-        tenant_id: uuid.UUID,
-        run_id: uuid.UUID,
-        *,
-        version: int,
-        status: RunStatus,
-        state: dict[str, Any] | None,
-        messages: Sequence[Message] = (),
-        from_index: int | None = None,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-        lease: Lease | None = None,
-    ) -> int:
-        """Atomically: set status, error, stop reason and state_json, and replace the session's
-        messages from index ``from_index`` on with ``messages``. Returns the new version.
-        ``state=None`` leaves state_json as it is and ``from_index=None`` leaves the messages
-        (so a run whose stored state is corrupt can be marked failed without losing it).
+    async def save_run(self, save: RunSave) -> int:
+        """Atomically apply ``save`` (see ``RunSave``): set status, error, stop reason and
+        state_json, and replace the session's messages from ``save.from_index`` on with
+        ``save.messages``. Returns the new version.
 
-        ``lease`` fences the write: a worker passes the lease it claimed the run with, and the
-        save happens only while the run still holds that lease's token (its expiry is not
-        checked: a claim by another worker is what replaces the token). Without a lease (a run
-        in a terminal) only the version is checked.
+        ``save.lease`` fences the write: an executor passes the lease it claimed the run with
+        (``claim_run`` or ``acquire_run``), and the save happens only while the run still holds
+        that lease's token (its expiry is not checked: another claim is what replaces the
+        token). Without a lease (a decision, a store-level write) only ``save.version`` is
+        checked.
 
         Raises, writing nothing: ``LeaseLost`` when the run no longer holds ``lease``;
         ``StaleVersion`` when its version is not ``version``; ``UnstorableContent`` for a
         state or message the database cannot hold; ``StoreUnavailable`` when the database
         stayed unreachable (then whether the save was applied is unknown).
         """
+        ...
+
+    # -- claims ------------------------------------------------------------------------------
+
+    async def acquire_run(
+        self, tenant_id: uuid.UUID, run_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease:
+        """Claim run ``run_id`` by id for one executor (``Harness.execute`` / ``step``, not a
+        worker): atomically, unless another claim on it is live, the run gets a new lease of
+        ``lease_seconds`` (a new token, ``owner``) and its version increments; its status and
+        ``attempts`` stay. An expired claim (its executor crashed or hung) is taken over.
+
+        Raises, writing nothing: ``NotFound``; ``RunBusy`` when the run is held under a live
+        lease (by a worker or another executor, in this process or another), naming the
+        holder. Every save under the returned lease is fenced by its token; ``release_run``
+        gives it up (keeping the status), ``renew_lease`` extends it."""
         ...
 
     # -- the queue ----------------------------------------------------------------------------
@@ -359,12 +403,15 @@ class RunStore(Protocol):
         """Take the oldest claimable run of the tenant, or ``None`` when there is none.
 
         ``installed``: the middleware names this worker can build; a run whose recorded stack
-        names one outside it is left for a worker that has it (None: no filter).
+        names one outside it is left for a worker that has it (None: no filter). A run
+        recorded for another engine (``config["engine"]``, ``hango submit --engine``) is never
+        taken: that engine executes it.
 
         Claimable: status ``queued`` without a live lease (one still held is a run being handed
         back, between its last save and its release), or ``running`` (or ``cancelled``: killed
-        between saving and releasing) under a lease that has expired, its worker gone. A run
-        without a lease (``hango run`` in a terminal) is never taken.
+        between saving and releasing) under a worker's lease that has expired, its worker gone.
+        A run without a lease, or held by ``acquire_run`` (``hango run`` in a terminal), is
+        never taken unless queued.
         Atomically, the run becomes ``running`` under a new lease of ``lease_seconds``, its
         ``attempts`` and ``version`` increment (the previous holder's token is gone, so its
         writes raise ``LeaseLost``; a reader without a lease gets ``StaleVersion``). Concurrent
@@ -381,13 +428,14 @@ class RunStore(Protocol):
         ...
 
     async def release_run(self, lease: Lease) -> bool:
-        """Give up the lease: clear it, and put a run that did not finish (``queued``,
-        ``running`` or ``cancelled``) back to ``queued`` with no error; a suspended run keeps
-        its status (it waits for a person), a finished one its status and error. Unless the
-        run finished, ``attempts`` goes one lower, back to what it was before this claim (a
-        hand-back or a suspension is not an attempt: only claims that ended in a crash or an
-        expired lease count). Increments the version. Returns ``False``, writing nothing, when
-        the lease was no longer held."""
+        """Give up the lease. A claim from ``acquire_run`` is only cleared (the run keeps its
+        status, error and attempts). A worker's claim (``claim_run``): clear it, and put a run
+        that did not finish (``queued``, ``running`` or ``cancelled``) back to ``queued`` with
+        no error; a suspended run keeps its status (it waits for a person), a finished one its
+        status and error. Unless the run finished, ``attempts`` goes one lower, back to what it
+        was before this claim (a hand-back or a suspension is not an attempt: only claims that
+        ended in a crash or an expired lease count). Increments the version. Returns
+        ``False``, writing nothing, when the lease was no longer held."""
         ...
 
     def watch_queue(
@@ -400,6 +448,16 @@ class RunStore(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def run_busy(run_id: uuid.UUID, owner: str | None, expires: dt.datetime | None) -> RunBusy:
+    """The ``RunBusy`` of a run held by ``owner`` until ``expires``."""
+    until = "" if expires is None else f" until {expires.astimezone(dt.UTC):%H:%M:%S} UTC"
+    return RunBusy(
+        f"run {run_id} is being executed by {owner}; its claim lasts{until} unless renewed, "
+        "so one executor runs it at a time: nothing was run or written (if that executor is "
+        "gone, try again once its claim has lapsed)"
+    )
 
 
 def agent_id_for(tenant_id: uuid.UUID, canonical_definition: str) -> uuid.UUID:
@@ -439,11 +497,25 @@ def storable_json(value: Any, what: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
-        raise UnstorableContent(
-            f"{what} holds a lone UTF-16 surrogate ({bad}), which is not valid Unicode text; "
-            "nothing was saved"
-        ) from exc
+        raise _surrogate(text, exc, what) from exc
+    return text
+
+
+def _surrogate(text: str, exc: UnicodeEncodeError, what: str) -> UnstorableContent:
+    bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+    return UnstorableContent(
+        f"{what} holds a lone UTF-16 surrogate ({bad}), which is not valid Unicode text; "
+        "nothing was saved"
+    )
+
+
+def storable_text_json(text: str, what: str) -> str:
+    """``text`` (JSON already encoded with ``allow_nan=False``) if both stores can hold it;
+    ``UnstorableContent`` naming ``what`` for a lone UTF-16 surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _surrogate(text, exc, what) from exc
     return text
 
 

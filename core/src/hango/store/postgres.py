@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from hango.agent.events import RunStatus
 from hango.convert import message_to_json
-from hango.provider.messages import Message, StopReason
+from hango.provider.messages import Message
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
@@ -43,6 +43,7 @@ from hango.store.base import (
     LeaseLost,
     NotFound,
     RunRecord,
+    RunSave,
     SessionBusy,
     StaleVersion,
     StoreError,
@@ -50,6 +51,7 @@ from hango.store.base import (
     UnstorableContent,
     agent_id_for,
     message_from_row,
+    run_busy,
     run_from_row,
     sound,
     storable_json,
@@ -100,17 +102,21 @@ WITH next AS (
     SELECT tenant_id, id FROM runs
     WHERE tenant_id = %(tenant)s
         AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < now()))
-            OR (status IN ('running', 'cancelled') AND lease_expires_at < now()))
+            -- A crashed terminal's run (a direct claim) is its user's to resume, not ours.
+            OR (status IN ('running', 'cancelled') AND lease_kind = 'worker'
+                AND lease_expires_at < now()))
         -- Only runs whose recorded stack this worker can build (NULL: no filter).
         AND (%(installed)s::text[] IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements(config_json -> 'stack') AS m
             WHERE NOT (m ->> 'name' = ANY(%(installed)s::text[]))))
+        -- A run recorded for another engine (hango submit --engine) is that engine's alone.
+        AND config_json -> 'engine' IS NULL
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE runs r SET status = 'running', lease_owner = %(owner)s, lease_token = %(token)s,
-    lease_expires_at = now() + make_interval(secs => %(seconds)s),
+    lease_expires_at = now() + make_interval(secs => %(seconds)s), lease_kind = 'worker',
     attempts = r.attempts + 1, version = r.version + 1, updated_at = now()
 FROM next WHERE r.tenant_id = next.tenant_id AND r.id = next.id
 RETURNING r.id, r.attempts, r.lease_expires_at
@@ -122,18 +128,33 @@ SELECT id, attempts, lease_expires_at FROM runs
 WHERE tenant_id = %(tenant)s AND lease_token = %(token)s
 """
 
+# A direct claim (acquire_run) only lets go: the status stays what its executor saved. A
+# worker's hands an unfinished run back to the queue.
 _RELEASE = """
 UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-    status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued'
-        ELSE status END,
+    status = CASE WHEN lease_kind = 'worker' AND status IN ('queued', 'running', 'cancelled')
+        THEN 'queued' ELSE status END,
     -- A hand-back or a suspension is not an attempt: the count goes back to what it was
     -- before this claim.
-    attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended')
+    attempts = CASE WHEN lease_kind = 'worker'
+            AND status IN ('queued', 'running', 'cancelled', 'suspended')
         THEN greatest(attempts - 1, 0) ELSE attempts END,
-    error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL ELSE error END,
-    version = version + 1, updated_at = now(), write_id = %(write_id)s
+    error = CASE WHEN lease_kind = 'worker' AND status IN ('queued', 'running', 'cancelled')
+        THEN NULL ELSE error END,
+    lease_kind = NULL, version = version + 1, updated_at = now(), write_id = %(write_id)s
 WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s
 RETURNING id
+"""
+
+# Free means no live claim; a row lock makes a second acquisition at the same moment wait and
+# then find the first one's claim.
+_ACQUIRE = """
+UPDATE runs SET lease_owner = %(owner)s, lease_token = %(token)s,
+    lease_expires_at = now() + make_interval(secs => %(seconds)s), lease_kind = 'direct',
+    version = version + 1, updated_at = now()
+WHERE tenant_id = %(tenant)s AND id = %(run)s
+    AND (lease_token IS NULL OR lease_expires_at < now())
+RETURNING attempts, lease_expires_at
 """
 
 #: Seconds the pool keeps reconnecting one connection before it gives up (see ``open``).
@@ -426,22 +447,11 @@ class PostgresRunStore:
             None if row is None else message_from_row(session_id, seq, row["role"], row["content"])
         )
 
-    async def save_run(
-        self,
-        tenant_id: uuid.UUID,
-        run_id: uuid.UUID,
-        *,
-        version: int,
-        status: RunStatus,
-        state: dict[str, Any] | None,
-        messages: Sequence[Message] = (),
-        from_index: int | None = None,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-        lease: Lease | None = None,
-    ) -> int:
+    async def save_run(self, save: RunSave) -> int:
+        tenant_id, run_id, version, lease = save.tenant_id, save.run_id, save.version, save.lease
+        from_index = save.from_index
         replace = from_index is not None
-        new = list(messages) if replace else []
+        new = list(save.messages) if replace else []
         start = from_index if from_index is not None else 0
         write_id = uuid.uuid4()
         params = {
@@ -450,10 +460,10 @@ class PostgresRunStore:
             "version": version,
             "lease": None if lease is None else lease.token,
             "write_id": write_id,
-            "status": status.value,
-            "error": None if error is None else storable_text(error),
-            "stop_reason": stop_reason.value if stop_reason else None,
-            "state": None if state is None else storable_json(state, f"run {run_id}: its state"),
+            "status": save.status.value,
+            "error": None if save.error is None else storable_text(save.error),
+            "stop_reason": save.stop_reason.value if save.stop_reason else None,
+            "state": save.state_text(),
             "replace": replace,
             "start": start,
             "end": start + len(new),
@@ -497,6 +507,45 @@ class PostgresRunStore:
         raise StaleVersion(
             f"run {run_id}: save with version {version} but the stored version is "
             f"{current['version']}; another writer saved this run"
+        )
+
+    # -- claims ----------------------------------------------------------------------------
+
+    async def acquire_run(
+        self, tenant_id: uuid.UUID, run_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease:
+        token = uuid.uuid4()
+        params = {
+            "tenant": tenant_id,
+            "run": run_id,
+            "owner": owner,
+            "token": token,
+            "seconds": lease_seconds,
+        }
+
+        async def attempt(n: int) -> DictRow | None:
+            async with self._pool.connection() as conn:
+                if n > 1:  # the first attempt may have taken the claim before its connection died
+                    cur = await conn.execute(_CLAIMED, params)
+                    if (claimed := await cur.fetchone()) is not None:
+                        return claimed
+                cur = await conn.execute(_ACQUIRE, params)
+                if (row := await cur.fetchone()) is not None:
+                    return row
+                cur = await conn.execute(
+                    "SELECT lease_owner, lease_expires_at FROM runs "
+                    "WHERE tenant_id = %(tenant)s AND id = %(run)s",
+                    params,
+                )
+                held = await cur.fetchone()
+            if held is None:
+                raise NotFound(f"run {run_id} not found")
+            raise run_busy(run_id, held["lease_owner"], held["lease_expires_at"])
+
+        row = await self._retried(f"claiming run {run_id}", attempt)
+        assert row is not None  # a run not acquired raised
+        return Lease(
+            tenant_id, run_id, token, owner, row["attempts"], lease_seconds, row["lease_expires_at"]
         )
 
     # -- the queue -------------------------------------------------------------------------

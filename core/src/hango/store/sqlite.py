@@ -14,7 +14,7 @@ import json
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ import attrs
 
 from hango.agent.events import RunStatus
 from hango.convert import message_to_json
-from hango.provider.messages import Message, StopReason
+from hango.provider.messages import Message
 from hango.redact import redact_url
 from hango.store import migrate
 from hango.store.base import (
@@ -35,12 +35,14 @@ from hango.store.base import (
     LeaseLost,
     NotFound,
     RunRecord,
+    RunSave,
     SessionBusy,
     StaleVersion,
     StoreError,
     agent_id_for,
     corrupt_message,
     message_from_row,
+    run_busy,
     run_from_row,
     sound,
     storable_json,
@@ -346,23 +348,12 @@ class SqliteRunStore:
             raise corrupt_message(session_id, seq, exc) from exc
         return message_from_row(session_id, seq, row["role"], content)
 
-    async def save_run(
-        self,
-        tenant_id: uuid.UUID,
-        run_id: uuid.UUID,
-        *,
-        version: int,
-        status: RunStatus,
-        state: dict[str, Any] | None,
-        messages: Sequence[Message] = (),
-        from_index: int | None = None,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-        lease: Lease | None = None,
-    ) -> int:
+    async def save_run(self, save: RunSave) -> int:
+        tenant_id, run_id, version, lease = save.tenant_id, save.run_id, save.version, save.lease
+        from_index, error, stop_reason = save.from_index, save.error, save.stop_reason
         tenant = str(tenant_id)
         token = None if lease is None else str(lease.token)
-        state_text = None if state is None else storable_json(state, f"run {run_id}: its state")
+        state_text = save.state_text()
         start = from_index if from_index is not None else 0
         rows = [
             (
@@ -372,10 +363,10 @@ class SqliteRunStore:
                 m.role,
                 storable_json(message_to_json(m)["content"], f"run {run_id}: message {start + i}"),
             )
-            for i, m in enumerate(messages)
+            for i, m in enumerate(save.messages)
         ]
 
-        def save(conn: sqlite3.Connection) -> int:
+        def write(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "UPDATE runs SET status = ?, error = ?, stop_reason = ?, "
                 "state_json = COALESCE(?, state_json), "
@@ -383,7 +374,7 @@ class SqliteRunStore:
                 "WHERE tenant_id = ? AND id = ? AND version = ? "
                 "AND (? IS NULL OR lease_token = ?) RETURNING session_id",
                 (
-                    status.value,
+                    save.status.value,
                     None if error is None else storable_text(error),
                     stop_reason.value if stop_reason else None,
                     state_text,
@@ -426,7 +417,48 @@ class SqliteRunStore:
             )
             return version + 1
 
-        return await self._call(self._tx, save)
+        return await self._call(self._tx, write)
+
+    # -- claims ----------------------------------------------------------------------------
+
+    async def acquire_run(
+        self, tenant_id: uuid.UUID, run_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease:
+        token = uuid.uuid4()
+
+        def acquire(conn: sqlite3.Connection) -> Lease:
+            # BEGIN IMMEDIATE (in _tx): acquisitions in every process on this file are
+            # serialised, so of two at once exactly one finds the run free.
+            now = utcnow()
+            expires = now + dt.timedelta(seconds=lease_seconds)
+            row = conn.execute(
+                "UPDATE runs SET lease_owner = ?, lease_token = ?, lease_expires_at = ?, "
+                "lease_kind = 'direct', version = version + 1, updated_at = ? "
+                "WHERE tenant_id = ? AND id = ? "
+                "AND (lease_token IS NULL OR lease_expires_at < ?) RETURNING attempts",
+                (
+                    owner,
+                    str(token),
+                    _lease_time(expires),
+                    now.isoformat(),
+                    str(tenant_id),
+                    str(run_id),
+                    _lease_time(now),
+                ),
+            ).fetchone()
+            if row is not None:
+                return Lease(
+                    tenant_id, run_id, token, owner, row["attempts"], lease_seconds, expires
+                )
+            held = conn.execute(
+                "SELECT lease_owner, lease_expires_at FROM runs WHERE tenant_id = ? AND id = ?",
+                (str(tenant_id), str(run_id)),
+            ).fetchone()
+            if held is None:
+                raise NotFound(f"run {run_id} not found")
+            raise run_busy(run_id, held["lease_owner"], _parse_time(held["lease_expires_at"]))
+
+        return await self._call(self._tx, acquire)
 
     # -- the queue -------------------------------------------------------------------------
 
@@ -448,16 +480,20 @@ class SqliteRunStore:
             expires = now + dt.timedelta(seconds=lease_seconds)
             row = conn.execute(
                 "UPDATE runs SET status = 'running', lease_owner = ?, lease_token = ?, "
-                "lease_expires_at = ?, attempts = attempts + 1, version = version + 1, "
-                "updated_at = ? "
+                "lease_expires_at = ?, lease_kind = 'worker', attempts = attempts + 1, "
+                "version = version + 1, updated_at = ? "
                 "WHERE rowid = (SELECT rowid FROM runs WHERE tenant_id = ? "
                 # A queued run still under a lease is being handed back: not yet.
                 "AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < ?)) "
-                "OR (status IN ('running', 'cancelled') AND lease_expires_at < ?)) "
+                # A crashed terminal's run (a direct claim) is its user's to resume, not ours.
+                "OR (status IN ('running', 'cancelled') AND lease_kind = 'worker' "
+                "AND lease_expires_at < ?)) "
                 # Only runs whose recorded stack this worker can build (NULL: no filter).
                 "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(config_json, '$.stack') "
                 "AS m WHERE json_extract(m.value, '$.name') NOT IN "
                 "(SELECT value FROM json_each(?)))) "
+                # A run recorded for another engine (hango submit --engine) is that engine's.
+                "AND json_extract(config_json, '$.engine') IS NULL "
                 "ORDER BY created_at, rowid LIMIT 1) "
                 "RETURNING id, attempts",
                 (
@@ -502,17 +538,22 @@ class SqliteRunStore:
 
     async def release_run(self, lease: Lease) -> bool:
         def release(conn: sqlite3.Connection) -> int:
+            # A direct claim (acquire_run) only lets go: the status stays what its executor
+            # saved. A worker's hands an unfinished run back to the queue.
             return conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
-                "status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued' "
+                "status = CASE WHEN lease_kind = 'worker' "
+                "AND status IN ('queued', 'running', 'cancelled') THEN 'queued' "
                 "ELSE status END, "
                 # A hand-back or a suspension is not an attempt: the count goes back to what it
                 # was before this claim.
-                "attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended') "
+                "attempts = CASE WHEN lease_kind = 'worker' "
+                "AND status IN ('queued', 'running', 'cancelled', 'suspended') "
                 "THEN max(attempts - 1, 0) ELSE attempts END, "
-                "error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL "
+                "error = CASE WHEN lease_kind = 'worker' "
+                "AND status IN ('queued', 'running', 'cancelled') THEN NULL "
                 "ELSE error END, "
-                "version = version + 1, updated_at = ? "
+                "lease_kind = NULL, version = version + 1, updated_at = ? "
                 "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
                 (utcnow().isoformat(), str(lease.tenant_id), str(lease.run_id), str(lease.token)),
             ).rowcount
