@@ -109,10 +109,10 @@ class LoadTimer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def load_messages(self, *args: Any) -> Any:
+    async def load_messages(self, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return await self._store.load_messages(*args)
+            return await self._store.load_messages(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 

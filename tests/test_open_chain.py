@@ -124,6 +124,7 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
         "skills",
         "filesystem",
         "mcp",
+        "summarization",
         "repair_tool_calls",
         "todo",
         "repeat_call",

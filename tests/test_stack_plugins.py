@@ -31,6 +31,7 @@ import hango_repair
 import hango_repeat
 import hango_retry
 import hango_skills
+import hango_summarization
 import hango_todo
 from hango import (
     AgentDefinition,
@@ -57,6 +58,7 @@ STACK = [
     "skills",
     "filesystem",
     "mcp",
+    "summarization",
     "repair_tool_calls",
     "todo",
     "repeat_call",
@@ -82,6 +84,7 @@ PLUGINS: dict[str, ModuleType] = {
     "skills": hango_skills,
     "memory": hango_memory,
     "mcp": hango_mcp,
+    "summarization": hango_summarization,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -98,6 +101,7 @@ SLOTS = {
     "skills": "skills",
     "memory": "memory",
     "mcp": "mcp",
+    "summarization": "summarization",
 }
 
 
@@ -132,6 +136,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("skills", "hango-skills", "skills"),
         ("filesystem", "hango-filesystem", "filesystem"),
         ("mcp", "hango-mcp", "mcp"),
+        ("summarization", "hango-summarization", "summarization"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
@@ -146,6 +151,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     capabilities = {r["name"]: r["capabilities"] for r in rows}
     assert capabilities["todo"] == ["tool_provider", "prompt_contributor"]
     assert capabilities["filesystem"] == ["tool_wrapper", "tool_provider", "prompt_contributor"]
+    assert capabilities["summarization"] == ["model_wrapper"]
 
 
 @pytest.mark.parametrize(

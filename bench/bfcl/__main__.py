@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("alternate", "stream", "batch", "effect"),
         help="resume mode's kill point (effect: after the API call, outside hango's guarantee)",
     )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="force hango-summarization's context window to this many tokens",
+    )
     args = parser.parse_args(argv)
     try:
         known = categories()
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(resume_report(resumed, redact_url(db), version))
         return 0 if resumed.passed == resumed.tasks else 1
     db = args.db or default_db(args.category)
-    stats = anyio.run(run_tasks, tasks, args.category, db, settings)
+    stats = anyio.run(run_tasks, tasks, args.category, db, settings, args.window)
     print(report(stats, redact_url(db), version))
     return 0 if stats.passed == stats.tasks else 1
 

@@ -7,6 +7,7 @@ calls to the APIs, and their results back, without changing either.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 
 from bench.bfcl.calls import Call
@@ -21,13 +22,38 @@ from hango.provider.events import (
 )
 from hango_repair import INTERRUPTED
 
+#: hango-summarization's summary requests end with a text block starting so; the replay's
+#: summary says how many user turns after the first it covers, and a compacted request's first
+#: message carries it.
+SUMMARY_REQUEST = "<summarize>"
+_SUMMARIZED = re.compile(r"\[replay summary: (\d+) turns\]")
+
+
+def _prompt(message: Message) -> bool:
+    return message.role == "user" and any(isinstance(b, TextBlock) for b in message.content)
+
+
+def _summarized(messages: Sequence[Message]) -> int:
+    """The user turns an earlier replay summary in the first message covers (0: none)."""
+    first = messages[0].content if messages else ()
+    for block in first:
+        if isinstance(block, TextBlock) and (found := _SUMMARIZED.search(block.text)):
+            return int(found.group(1))
+    return 0
+
+
+def summary_request(messages: Sequence[Message]) -> bool:
+    last = messages[-1].content[-1] if messages and messages[-1].content else None
+    return isinstance(last, TextBlock) and last.text.startswith(SUMMARY_REQUEST)
+
 
 def position(messages: Sequence[Message]) -> tuple[int, int]:
     """``(turn, start)`` of a request: ``turn`` counts user messages with text (tool results
-    come in user messages without text) from 0; ``start`` is the index of the last one."""
-    turn, start = -1, 0
+    come in user messages without text) from 0, after the turns a summary in the first message
+    covers; ``start`` is the index of the last one."""
+    turn, start = -1 + _summarized(messages), 0
     for index, message in enumerate(messages):
-        if message.role == "user" and any(isinstance(b, TextBlock) for b in message.content):
+        if _prompt(message):
             turn, start = turn + 1, index
     return turn, start
 
@@ -88,6 +114,18 @@ class ReplayModel:
         self.offered: dict[int, frozenset[str]] = {}
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        if summary_request(request.messages):
+            # The turns the summarized messages hold after the first (the session's goal, kept
+            # verbatim in front of the summary), the instruction's own block left out.
+            *before, last = request.messages
+            asked = [*before, Message(last.role, last.content[:-1])]
+            covered = _summarized(asked) + sum(1 for m in asked[1:] if _prompt(m))
+            text = (
+                f"[replay summary: {covered} turns] The earlier turns of {self.task_id} are done."
+            )
+            for event in self._text(text):
+                yield event
+            return
         turn, start = position(request.messages)
         if not 0 <= turn < len(self.calls):
             raise ModelError(f"replay of {self.task_id}: no turn {turn}")

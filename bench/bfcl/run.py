@@ -41,6 +41,7 @@ from bench.bfcl.session import BfclExecutor, check_session, log_difference
 from bench.bfcl.tools import build_registry, task_docs
 from hango import (
     AgentDefinition,
+    ContextCompacted,
     Event,
     Harness,
     Message,
@@ -90,6 +91,9 @@ class Stats:
     save_seconds: float = 0.0
     saves: int = 0
     direct_seconds: float = 0.0
+    #: hango-summarization: its forced context window (None: its default) and the compactions.
+    window: int | None = None
+    compactions: int = 0
     most_identical_calls: int = 0
     stack: tuple[str, ...] = ()
     notes: list[str] = field(factory=list)
@@ -179,14 +183,22 @@ def identical_calls(calls: Sequence[Sequence[Call]]) -> int:
     return most
 
 
-def agent_for(task: Task, turn: int, registry: ToolRegistry) -> AgentDefinition:
+def agent_for(
+    task: Task, turn: int, registry: ToolRegistry, window: int | None = None
+) -> AgentDefinition:
     """The agent of one turn: every tool, or for a task with held-out functions an allowlist
-    of the functions available at this turn."""
+    of the functions available at this turn; with ``window``, hango-summarization compacts at
+    that context window (in tokens), keeping an eighth of it."""
     allowlist = None
     if task.missed:
         held = task.held_out(turn)
         allowlist = tuple(t.spec.name for t in registry.view() if t.spec.name not in held)
-    return AgentDefinition(name=f"bfcl-{task.category}", model="replay", tool_allowlist=allowlist)
+    options = {}
+    if window is not None:
+        options["summarization"] = {"context_window": window, "keep_tokens": window // 8}
+    return AgentDefinition(
+        name=f"bfcl-{task.category}", model="replay", tool_allowlist=allowlist, options=options
+    )
 
 
 def check_turn(
@@ -286,14 +298,21 @@ async def run_task(
     model = ReplayModel(task.id, calls)
     harness = Harness(store, plugins=plugins, model=model, tools=registry, settings=settings)
     timer = CallTimer(stats)
+
+    async def counted(event: Event) -> None:
+        if isinstance(event, ContextCompacted):
+            stats.compactions += 1
+        await timer(event)
+
     bfcl = BfclExecutor(task)
     session: uuid.UUID | None = None
     try:
         for turn, text in enumerate(task.turns):
             calls_before, api_before, logged = env.calls, env.api_seconds, len(env.log)
             start, cpu = time.perf_counter(), time.process_time()
-            run = await harness.start(agent_for(task, turn, registry), text, session_id=session)
-            finished = await harness.execute(run.id, emit=timer)
+            agent = agent_for(task, turn, registry, stats.window)
+            run = await harness.start(agent, text, session_id=session)
+            finished = await harness.execute(run.id, emit=counted)
             stats.run_seconds += time.perf_counter() - start
             stats.run_cpu_seconds += time.process_time() - cpu
             stats.runs += 1
@@ -355,10 +374,15 @@ def default_db(category: str, suffix: str = "") -> str:
 
 
 async def run_tasks(
-    tasks: Sequence[Task], category: str, db: str, settings: Mapping[str, str]
+    tasks: Sequence[Task],
+    category: str,
+    db: str,
+    settings: Mapping[str, str],
+    window: int | None = None,
 ) -> Stats:
-    """Run ``tasks`` against the store at ``db``; failures are collected in the stats."""
-    stats = Stats(category)
+    """Run ``tasks`` against the store at ``db``; failures are collected in the stats.
+    ``window``: the context window hango-summarization compacts at (None: its default)."""
+    stats = Stats(category, window=window)
     started = time.perf_counter()
     settings = bench_settings(settings, [parsed_calls(t) for t in tasks], stats)
     offered = {name for task in tasks for name in task_docs(task)}
@@ -417,5 +441,7 @@ def report(stats: Stats, db: str, version: str) -> str:
         row("  of which the rest (stack, validation, events)", window - checkpoint),
         row("hango run time / tool calls (end to end)", end_to_end),
         f"store saves: {stats.saves}, {stats.save_seconds / max(1, stats.saves) * 1e3:.3f} ms each",
+        f"compactions: {stats.compactions} (context window "
+        f"{'the default' if stats.window is None else f'{stats.window} tokens'})",
     ]
     return "\n".join(lines)

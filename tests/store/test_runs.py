@@ -137,12 +137,12 @@ async def test_the_plan_and_every_middlewares_typed_state_survive_the_database(
         record = await fresh.get_run(tenant, finished.run_id)
     stored = record.state
     assert isinstance(stored, dict)
-    # The last call's usage, and its count in hango-limits, are added after the probe's
-    # snapshot; the rest is as it saw it.
+    # The last call's usage, its count in hango-limits and the input tokens hango-summarization
+    # keeps of it are added after the probe's snapshot; the rest is as it saw it.
     assert stored["usage"] == attrs.asdict(finished.usage) and finished.usage.output_tokens > 0
 
     def before_last_call(doc: dict[str, Any]) -> dict[str, Any]:
-        private = {k: v for k, v in doc["private"].items() if k != "limits"}
+        private = {k: v for k, v in doc["private"].items() if k not in ("limits", "summarization")}
         return {**doc, "usage": None, "private": private}
 
     assert before_last_call(stored) == before_last_call(probe.last)

@@ -26,6 +26,7 @@ PHASE_STACK = (
     "skills",
     "filesystem",
     "mcp",
+    "summarization",
     "repair_tool_calls",
     "todo",
     "repeat_call",
@@ -132,13 +133,15 @@ async def test_state_missing_is_reported_once_on_a_middlewares_first_call(
 ) -> None:
     """repeat_call finds no private state on the run's first tool call, and says so once;
     later calls find the counts it stored. hango-limits, a run hook, finds none before the
-    run's first call (the session's first run), once. (hango-skills, with no skill sources
-    for this agent, keeps no state at all.)"""
+    run's first call (the session's first run), once; hango-summarization on the first model
+    call, once. (hango-skills, with no skill sources for this agent, keeps no state at all.)"""
     missing = {
         e.attributes[telemetry.MIDDLEWARE_NAME]: span
         for span, e in demo_trace.events(telemetry.STATE_MISSING)
     }
-    assert len(demo_trace.events(telemetry.STATE_MISSING)) == len(missing) == 2
+    assert len(demo_trace.events(telemetry.STATE_MISSING)) == len(missing) == 3
     first_tool = next(s for s in demo_trace.spans() if s.name.startswith("execute_tool"))
     assert missing["repeat_call"] is first_tool
     assert missing["limits"] is demo_trace.one("before_run limits")
+    first_turn = next(s for s in demo_trace.spans() if s.name == "turn")
+    assert missing["summarization"] is first_turn

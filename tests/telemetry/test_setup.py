@@ -308,6 +308,7 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
             "skills",
             "filesystem",
             "mcp",
+            "summarization",
             "repair_tool_calls",
             "todo",
             "repeat_call",

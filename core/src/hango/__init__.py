@@ -14,6 +14,7 @@ from hango.agent.blame import MiddlewareError
 from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import (
     AttemptDiscarded,
+    ContextCompacted,
     Event,
     InterruptRaised,
     MessageCompleted,
@@ -80,6 +81,7 @@ __all__ = [
     "Block",
     "Config",
     "ConfigError",
+    "ContextCompacted",
     "Decided",
     "Decision",
     "DecisionRefused",

@@ -7,7 +7,8 @@ listed, with one line, in docs/reference/api.md.
 
 - Capabilities: ``Middleware`` (the marker: a ``name``), ``ModelWrapper``, ``ToolWrapper``,
   ``RunHook``, ``ToolProvider``, ``PromptContributor``.
-- Requests and handlers: ``ModelRequest`` / ``ModelHandler``, ``ToolCallRequest`` /
+- Requests and handlers: ``ModelRequest`` / ``ModelHandler`` (``ModelCallPurpose`` /
+  ``MODEL_CALL_PURPOSES``: a turn or a middleware's own summary call), ``ToolCallRequest`` /
   ``ToolHandler``. Rewrite a request with ``attrs.evolve`` and pass the new one to ``next``.
 - Interrupts and decisions: ``ToolCallRequest.interrupt(...)`` suspends a run for a person's
   ``Decision`` (``DECISIONS``: approve, edit, reject, respond); ``Interrupt`` is the pause
@@ -15,8 +16,9 @@ listed, with one line, in docs/reference/api.md.
 - State: ``State``, ``Todo`` / ``TodoStatus``, ``load_private`` / ``store_private`` (typed,
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
   ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself),
-  ``narrow_tools`` / ``tool_narrowing`` (the tools a run is narrowed to, enforced by the
-  allowlist).
+  ``HistoryMark`` / ``mark_history`` (where the session's history loads from, after a
+  compaction), ``narrow_tools`` / ``tool_narrowing`` (the tools a run is narrowed to,
+  enforced by the allowlist).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
 - Structured output: ``proposed_output`` (what a response offers as the run's output),
   ``reject_output`` (an output validator's refusal, with the reason), ``FINAL_ANSWER``.
@@ -49,7 +51,9 @@ from hango.agent.interrupts.records import (
 )
 from hango.agent.loop import held_calls
 from hango.agent.middleware import (
+    MODEL_CALL_PURPOSES,
     Middleware,
+    ModelCallPurpose,
     ModelHandler,
     ModelRequest,
     ModelWrapper,
@@ -64,12 +68,14 @@ from hango.agent.middleware import (
 from hango.agent.output import FINAL_ANSWER, proposed_output, reject_output
 from hango.agent.state import (
     STATE_SCOPES,
+    HistoryMark,
     State,
     StateError,
     StateScope,
     Todo,
     TodoStatus,
     load_private,
+    mark_history,
     narrow_tools,
     store_private,
     tool_narrowing,
@@ -120,6 +126,7 @@ __all__ = [
     "EDIT_MODES",
     "ERROR_TYPE",
     "FINAL_ANSWER",
+    "MODEL_CALL_PURPOSES",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
     "REQUEST_MODEL",
@@ -135,6 +142,7 @@ __all__ = [
     "DecisionType",
     "EditMode",
     "HangoWarning",
+    "HistoryMark",
     "Interrupt",
     "InterruptError",
     "MemoryConflict",
@@ -145,6 +153,7 @@ __all__ = [
     "MemoryWritten",
     "Middleware",
     "MiddlewareError",
+    "ModelCallPurpose",
     "ModelHandler",
     "ModelRequest",
     "ModelWrapper",
@@ -173,6 +182,7 @@ __all__ = [
     "hookimpl",
     "int_setting",
     "load_private",
+    "mark_history",
     "memory_store",
     "narrow_tools",
     "proposed_output",

@@ -151,7 +151,9 @@ class Chain:
         system, ends = self.system_layout(request.system, req.state)
         if len(system) != len(request.system):  # evolve costs microseconds: only if changed
             request = attrs.evolve(request, system=system)
-        mreq = ModelRequest(request, req.state, ends, req.model)
+        mreq = ModelRequest(
+            request, req.state, ends, req.model, purpose=req.purpose, save=req.save, emit=req.emit
+        )
         try:
             response = await self.model_handler(base)(mreq)
         except Exception as exc:

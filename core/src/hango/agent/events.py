@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 from attrs import frozen
 
 from hango.agent.interrupts.records import PendingAction
+from hango.agent.middleware import ContextCompacted as ContextCompacted
 from hango.agent.state import Todo
 from hango.provider.events import StreamEvent
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
@@ -117,6 +118,7 @@ RunEvent: TypeAlias = (
     | ToolCallFinished
     | InterruptRaised
     | TodosUpdated
+    | ContextCompacted
     | TurnFinished
     | RunFinished
 )

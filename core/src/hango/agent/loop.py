@@ -573,9 +573,8 @@ class AgentLoop:
             server_tools=settings.server_tools,
             output=self._output,
         )
-        response = await self.chain.model_call(
-            ModelRequest(request, state, model=self.model), self._stream
-        )
+        mreq = ModelRequest(request, state, model=self.model, save=self.checkpoint, emit=self.emit)
+        response = await self.chain.model_call(mreq, self._stream)
         if self._attempts.discarded_by(response):
             await self.emit(AttemptDiscarded(self.turns + 1))
         self._attempts.start()
@@ -591,7 +590,10 @@ class AgentLoop:
     async def _stream(self, mreq: ModelRequest) -> ModelResponse:
         """The innermost model handler: streams the (lowered) request from the model."""
         req, called, target = mreq.request, mreq.model, self._model_attributes
-        self._asked = req.output
+        # A middleware's own call (a summary) is not the turn: nothing of it reaches the caller.
+        own = mreq.purpose == "turn"
+        if own:
+            self._asked = req.output
         req = lower(req)
         if called is None:
             called = self.model
@@ -601,18 +603,20 @@ class AgentLoop:
             target = spans.model_attributes(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
         attempts = self._attempts
-        if attempts.start():
+        if own and attempts.start():
             await self.emit(AttemptDiscarded(self.turns + 1))
         with spans.chat_span(req, target) as chat:
             acc = Accumulator()
             async with _closing(called.stream(req)) as stream:
                 async for event in stream:
                     acc.add(event)
-                    # A provider's retry notice is not part of what the attempt said.
-                    attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
-                    await self.emit(event)
+                    if own:
+                        # A provider's retry notice is not part of what the attempt said.
+                        attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
+                        await self.emit(event)
             response = acc.response()
-            attempts.kept = response.message
+            if own:
+                attempts.kept = response.message
             chat.finished(response)
             return response
 

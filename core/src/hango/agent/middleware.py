@@ -22,7 +22,7 @@ never on ``self``: one middleware instance may serve many runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
 from attrs import field, frozen
@@ -68,6 +68,36 @@ class CallProgress:
 
 
 @frozen
+class ContextCompacted:
+    """A middleware compacted the history a model call sees (hango-summarization): ``tier``
+    is ``"tool_results"`` (old tool results cleared), ``"summary"`` (old messages summarized)
+    or ``"window"`` (old messages dropped, the summaries having failed); ``tokens_before`` /
+    ``tokens_after`` are the request's input tokens (estimated) before and after;
+    ``messages`` is how many messages of the history the compaction covers, in all."""
+
+    tier: str
+    tokens_before: int
+    tokens_after: int
+    messages: int
+
+
+#: What a model call is for: ``"turn"``, the agent's own turn (its reply joins the history and
+#: streams to the caller); ``"summary"``, a call a middleware makes for itself through the
+#: rest of the chain (a summary of old history): counted, cached and traced like a turn, but
+#: its reply is the middleware's, never streamed or added to the history.
+ModelCallPurpose = Literal["turn", "summary"]
+MODEL_CALL_PURPOSES: Final[tuple[ModelCallPurpose, ...]] = ("turn", "summary")
+
+
+async def _nothing_to_save() -> None:
+    return None
+
+
+async def _nowhere(_: ContextCompacted) -> None:
+    return None
+
+
+@frozen
 class ModelRequest:
     """One model call as the chain sees it.
 
@@ -82,12 +112,24 @@ class ModelRequest:
     per-call model). Provider-specific request parts (``cache_control``) are decided from it,
     per call. It is never persisted: the next call starts from the run's model again. None only
     outside a run (a chain driven by hand), where the base handler decides.
+
+    ``purpose`` is ``"turn"`` or ``"summary"`` (``ModelCallPurpose``): a wrapper that calls
+    ``next`` for its own ends marks the request ``"summary"``, so the loop neither streams
+    nor keeps its reply. ``save`` saves the run now (state, private values included, with the
+    history as it stands): a wrapper that got something costly before its call is sent (a
+    summary) saves it, so a run killed after that pays for it once. ``emit`` adds an event to
+    the run's stream (``ContextCompacted``: the CLI prints it). Outside a run both do nothing.
     """
 
     request: Request
     state: State
     system_ends: Mapping[str, int] = field(factory=dict)
     model: Model | None = None
+    purpose: ModelCallPurpose = "turn"
+    save: Callable[[], Awaitable[None]] = field(default=_nothing_to_save, eq=False, repr=False)
+    emit: Callable[[ContextCompacted], Awaitable[None]] = field(
+        default=_nowhere, eq=False, repr=False
+    )
 
 
 @frozen

@@ -8,6 +8,12 @@ silently defaulted. What is stored is checked to be JSON when it is stored (a se
 sorted list; a dict key that is not a string is refused, naming the middleware and the path),
 and what is loaded is a fresh copy: nothing that is not JSON can reach a checkpoint.
 
+History marks: ``messages`` holds the session's history from session index ``history_start``
+on (the runner loads it from there). A middleware that keeps what came before a point in a
+record of its own (a summary) says so with ``mark_history``: the mark is persisted with the
+state and carried to the session's next run, which loads only the messages from the mark on.
+The messages table itself is append-only: a mark hides nothing from ``hango runs show``.
+
 Scope: ``todos`` belong to the session (a new run in a session starts with the previous run's
 plan); a middleware's private value belongs to the run, unless the middleware's class declares
 ``state_scope = "session"``, in which case a new run starts with the previous run's value
@@ -50,6 +56,21 @@ class Todo:
     status: TodoStatus = "pending"
 
 
+@frozen
+class HistoryMark:
+    """Where a session's history may be loaded from. ``end`` is the session index where the
+    messages covered by a record of middleware ``by`` end (0: none are), and no request of the
+    session needs those any more; ``index`` is where loading starts: a user prompt at or
+    before ``end`` (a history loaded from there opens as a valid one does, so no repair trims
+    it), 0 for the whole history. ``note`` is what people read at ``end`` (``hango runs show``
+    prints it there): a line, or a few."""
+
+    index: int = 0
+    by: str = ""
+    note: str = ""
+    end: int = 0
+
+
 @define
 class State:
     """The state of one run.
@@ -63,6 +84,10 @@ class State:
     after every tool batch and it is never persisted. ``output`` is the run's validated
     structured output (a JSON object; None until one is taken) and ``output_failures`` how
     many invalid ones the model gave, so a resumed run keeps its ``output_retries`` budget.
+
+    ``history_start`` is the session index of ``messages[0]`` (the runner sets it when it loads
+    the history; never persisted). ``history_mark`` is where the session's next load may start
+    (``mark_history``), persisted and carried to the session's next run like ``todos``.
     """
 
     run_id: uuid.UUID
@@ -77,6 +102,32 @@ class State:
     scratch: dict[str, Any] = field(factory=dict)
     output: JSON = None
     output_failures: int = 0
+    history_start: int = 0
+    history_mark: HistoryMark = field(factory=HistoryMark)
+
+
+def mark_history(state: State, end: int, *, by: str, note: str = "") -> None:
+    """Record that middleware ``by`` keeps what the messages before session index ``end``
+    said (a summary in its private state), so later loads of the session start at the last
+    user prompt at or before ``end`` (``HistoryMark.index``; the mark stays where it was when
+    there is none after it).
+
+    A mark only moves forward. Raises ``ValueError`` for an ``end`` before the current mark's
+    or after the end of the history (``history_start + len(messages)``)."""
+    base, last = state.history_start, state.history_start + len(state.messages)
+    current = state.history_mark
+    if not current.end <= end <= last:
+        raise ValueError(
+            f"middleware {by!r}: history mark {end} is outside {current.end}..{last} (a mark "
+            "only moves forward, within the history)"
+        )
+    index = current.index
+    for i in range(min(end - base, len(state.messages) - 1), max(current.index - base, -1), -1):
+        m = state.messages[i]
+        if m.role == "user" and len(m.tool_results) != len(m.content):  # a prompt
+            index = base + i
+            break
+    state.history_mark = HistoryMark(index, by, note, end)
 
 
 class StateError(Exception):
@@ -159,8 +210,8 @@ def store_private(state: State, name: str, value: object) -> None:
 
 
 def dump_state(state: State) -> dict[str, JSON]:
-    """The ``runs.state_json`` document: version, ids, todos, private state, usage and
-    interrupts.
+    """The ``runs.state_json`` document: version, ids, todos, private state, usage,
+    interrupts and the history mark.
 
     Messages are stored in their own table and scratch is never persisted. Raises
     ``StateError`` naming the middleware when a private value is not JSON (written to
@@ -197,6 +248,12 @@ def _tail(state: State) -> dict[str, JSON]:
         # Absent until a run has an output: documents of runs without one stay as they were.
         **({} if state.output is None else {"output": state.output}),
         **({} if not state.output_failures else {"output_failures": state.output_failures}),
+        # Absent until a middleware marks the history: documents without one stay as they were.
+        **(
+            {}
+            if state.history_mark == HistoryMark()
+            else {"history_mark": CONVERTER.unstructure(state.history_mark)}
+        ),
     }
 
 
@@ -306,6 +363,8 @@ class _Document:
     interrupts: InterruptBook = field(factory=InterruptBook)
     output: Any = None
     output_failures: int = 0
+    # Absent from documents written before marks existed: the whole history.
+    history_mark: HistoryMark = field(factory=HistoryMark)
 
 
 def load_state(doc: JSON) -> State:
@@ -349,6 +408,7 @@ def load_state(doc: JSON) -> State:
         private=dict(parsed.private),
         usage=parsed.usage,
         interrupts=parsed.interrupts,
+        history_mark=parsed.history_mark,
         output=parsed.output,
         output_failures=parsed.output_failures,
     )
@@ -397,6 +457,7 @@ def new_run_state(
         return state
     before = load_state(previous)
     state.todos = list(before.todos)
+    state.history_mark = before.history_mark
     state.private = {k: v for k, v in before.private.items() if k in session_scoped}
     return state
 

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from hango.agent.events import (
     AttemptDiscarded,
+    ContextCompacted,
     Event,
     InterruptRaised,
     MessageCompleted,
@@ -108,6 +109,20 @@ def retry_line(retry: ProviderRetry) -> str:
     return (
         f"{retry.provider}: {status}, retry {retry.attempt} of {retry.max_retries} "
         f"in {retry.wait_seconds:g} s: {clip_line(detail)}"
+    )
+
+
+def _k(tokens: int) -> str:
+    if tokens < 1000:
+        return str(tokens)
+    return f"{tokens / 1000:.1f}k" if tokens < 10_000 else f"{tokens / 1000:.0f}k"
+
+
+def compacted_line(event: ContextCompacted) -> str:
+    """``context compacted: 182k -> 31k tokens (summary)``."""
+    return (
+        f"context compacted: {_k(event.tokens_before)} -> {_k(event.tokens_after)} tokens "
+        f"({event.tier})"
     )
 
 
@@ -339,6 +354,9 @@ class Renderer:
                     f"  ⏸ waiting for a person: {action.reason} ({action.tool_call_id})",
                     style="yellow",
                 )
+            case ContextCompacted():
+                self._end_text()
+                self.note(compacted_line(event))
             case TodosUpdated(todos=todos):
                 self._todos = todos
                 self._plan_shown = False

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hango.agent.events import RunStatus
-from hango.agent.state import StateError
+from hango.agent.state import HistoryMark, StateError
 from hango.cli import (
     console,
     db_option,
@@ -236,6 +236,19 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
     run_async(main_)
 
 
+def _history_mark(state: Any) -> HistoryMark | None:
+    """The run's history mark when a middleware set one (a compaction), else None."""
+    from hango.agent.state import load_state
+
+    if not isinstance(state, dict) or not state:
+        return None
+    try:
+        mark = load_state(state).history_mark
+    except StateError:
+        return None  # reported with the plan below
+    return mark if mark.end > 0 else None
+
+
 def _engine_run(record: RunRecord) -> dict[str, Any] | None:
     """What identifies the run inside its engine (a Temporal workflow id); None on the own
     queue, or when the engine's plugin is not installed here."""
@@ -297,7 +310,11 @@ def _print_run(record: RunRecord, messages: list[Any]) -> None:
             style="yellow",
             soft_wrap=True,
         )
-    for m in messages:
+    mark = _history_mark(record.state)
+    for i, m in enumerate(messages):
+        if mark is not None and i == mark.end:
+            # The messages above are covered by a compaction: what the model sees of them.
+            console.print(Text(f"── {mark.by}: {mark.note}", style="yellow"))
         for block in m.content:
             kind = block.type
             if kind == "text":

@@ -20,11 +20,18 @@ model is a pure function of the request: a resumed or continued run picks up whe
 history says it is, in any process. An empty turn (no text, thinking or calls) is a reply the
 loop never sends back (providers refuse empty messages), so it is counted where it shows: a
 user message directly after another user message, when the script's next turn is empty.
+
+Summary requests (hango-summarization's): a request whose last message ends with a text block
+starting with ``<summarize>`` is answered with a summary the model writes itself, not with a
+turn of the script: ``[scripted summary: N turns]`` (the assistant turns it covers) and the
+tools called in them. A compacted request's first message carries that line, so the turns it
+counts go on where the summary left off.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -106,6 +113,28 @@ _converter.register_structure_hook(int, _token_count)
 _converter.register_structure_hook(StopReason, lambda value, _: StopReason(value))
 
 
+#: How a summary request ends, and how a summary the model wrote says what it covers.
+SUMMARY_REQUEST: Final = "<summarize>"
+_SUMMARIZED = re.compile(r"\[scripted summary: (\d+) turns\]")
+
+
+def _summary_request(messages: Sequence[Message]) -> bool:
+    if not messages or messages[-1].role != "user" or not messages[-1].content:
+        return False
+    last = messages[-1].content[-1]
+    return last.type == "text" and last.text.startswith(SUMMARY_REQUEST)  # type: ignore[union-attr]
+
+
+def _summarized_turns(messages: Sequence[Message]) -> int:
+    """The turns an earlier summary in the first message covers (0: none)."""
+    if not messages or messages[0].role != "user":
+        return 0
+    for block in messages[0].content:
+        if block.type == "text" and (found := _SUMMARIZED.search(block.text)):  # type: ignore[union-attr]
+            return int(found.group(1))
+    return 0
+
+
 def _chunks(text: str, n: int) -> list[str]:
     """Split ``text`` into about ``n`` pieces at word boundaries (a real stream's shape)."""
     if not text:
@@ -169,7 +198,7 @@ class ScriptedModel:
 
     def turn_index(self, messages: Sequence[Message]) -> int:
         """The turn that answers a request with ``messages`` (see the module docstring)."""
-        k = 0
+        k = _summarized_turns(messages)
         for i, m in enumerate(messages):
             if m.role == "assistant" or (
                 i > 0
@@ -182,6 +211,10 @@ class ScriptedModel:
         return k
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        if _summary_request(request.messages):
+            for event in self._summary(request.messages):
+                yield event
+            return
         k = self.turn_index(request.messages)
         if k >= len(self.turns):
             raise ModelError(f"script exhausted after {len(self.turns)} turns")
@@ -189,6 +222,13 @@ class ScriptedModel:
             if self.delay:
                 await anyio.sleep(self.delay)
             yield event
+
+    def _summary(self, messages: Sequence[Message]) -> list[StreamEvent]:
+        covered = self.turn_index(messages)
+        called = [u.name for m in messages for u in m.tool_uses]
+        text = f"[scripted summary: {covered} turns] "
+        text += f"Tools called: {', '.join(called)}." if called else "No tools were called."
+        return [TextDelta(0, text), MessageStop(StopReason.END_TURN, Usage())]
 
     def _events(self, k: int, turn: ScriptedTurn) -> list[StreamEvent]:
         events: list[StreamEvent] = []

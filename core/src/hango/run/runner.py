@@ -537,7 +537,11 @@ class Harness:
                 f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
                 "CALL_ID, or Harness.decide)"
             )
-        state.messages = await self.store.load_messages(self.tenant_id, run.session_id)
+        # From the session's history mark (a compaction's), but never after the run's own
+        # prompt: the loop counts the run's turns from it.
+        start = min(state.history_mark.index, run.message_start)
+        state.messages = await self.store.load_messages(self.tenant_id, run.session_id, start=start)
+        state.history_start = saver.start = start
         saver.saved = list(state.messages)
 
         async def checkpoint(_: State) -> None:
@@ -626,7 +630,7 @@ class Harness:
                     outcome = await saver.finish(state, failed)
             else:
                 outcome = await saver.finish(state, outcome)
-            spans.agent_finished(span, outcome.usage, state.messages[run.message_start :])
+            spans.agent_finished(span, outcome.usage, state.messages[run.message_start - start :])
             suspended = outcome.status is RunStatus.SUSPENDED
             finished = RunFinished(
                 run_id,

@@ -25,6 +25,8 @@ class Saver:
         self.run = run
         self.lease = lease
         self.version = run.version
+        # The history as last saved, from session index ``start`` on (``State.history_start``).
+        self.start = 0
         self.saved: list[Message] = []
         self._encoder = StateEncoder()
         # What the row holds since this saver's last save (None: not known, save anyway).
@@ -53,7 +55,7 @@ class Saver:
             status=status,
             state=document,
             messages=current[first:],
-            from_index=first,
+            from_index=self.start + first,
             error=error,
             stop_reason=stop_reason,
             lease=self.lease,

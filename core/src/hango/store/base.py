@@ -340,8 +340,12 @@ class RunStore(Protocol):
         ``resolve_id``), looked up through the primary key."""
         ...
 
-    async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
-        """The session's history in order. Raises ``StoreError`` naming the row of a message
+    async def load_messages(
+        self, tenant_id: uuid.UUID, session_id: uuid.UUID, *, start: int = 0
+    ) -> list[Message]:
+        """The session's history in order, from session index ``start`` on (0: all of it; a
+        run whose history is compacted loads from its ``State.history_mark``, so its cost does
+        not grow with the session's length). Raises ``StoreError`` naming the row of a message
         that does not decode."""
         ...
 

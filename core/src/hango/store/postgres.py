@@ -413,13 +413,15 @@ class PostgresRunStore:
             )
             return [r["id"] for r in await cur.fetchall()]
 
-    async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
+    async def load_messages(
+        self, tenant_id: uuid.UUID, session_id: uuid.UUID, *, start: int = 0
+    ) -> list[Message]:
         async def attempt(_: int) -> list[DictRow]:
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
                     "SELECT seq, role, content FROM messages "
-                    "WHERE tenant_id = %s AND session_id = %s ORDER BY seq",
-                    (tenant_id, session_id),
+                    "WHERE tenant_id = %s AND session_id = %s AND seq >= %s ORDER BY seq",
+                    (tenant_id, session_id, start),
                 )
                 return await cur.fetchall()
 

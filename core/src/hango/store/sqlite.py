@@ -309,12 +309,14 @@ class SqliteRunStore:
 
         return await self._call(fetch)
 
-    async def load_messages(self, tenant_id: uuid.UUID, session_id: uuid.UUID) -> list[Message]:
+    async def load_messages(
+        self, tenant_id: uuid.UUID, session_id: uuid.UUID, *, start: int = 0
+    ) -> list[Message]:
         def fetch() -> list[sqlite3.Row]:
             return self._conn.execute(
                 "SELECT seq, role, content FROM messages WHERE tenant_id = ? AND session_id = ? "
-                "ORDER BY seq",
-                (str(tenant_id), str(session_id)),
+                "AND seq >= ? ORDER BY seq",
+                (str(tenant_id), str(session_id), start),
             ).fetchall()
 
         out = []
