@@ -55,7 +55,7 @@ from hango.provider import (
     model_from_spec,
 )
 from hango.run import Decided, Harness, RunNotResumable
-from hango.store import RunStore, StoreError, open_store
+from hango.store import RunRecord, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -89,6 +89,7 @@ __all__ = [
     "Request",
     "RunFinished",
     "RunNotResumable",
+    "RunRecord",
     "RunStarted",
     "RunStatus",
     "RunStore",

@@ -21,6 +21,8 @@ listed, with one line, in docs/reference/api.md.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
   attribute names it takes.
 - Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``.
+- Runs: ``executing_harness()``, the ``Harness`` executing the calling run (a sub-agent starts
+  its child runs through it).
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
   ``hango_cli_commands`` hooks.
 """
@@ -61,6 +63,7 @@ from hango.agent.state import (
 from hango.agent.storable import replace_lone_surrogates, storable_result
 from hango.config import ConfigError, StackConfig, duration_setting, float_setting, int_setting
 from hango.hookspecs import hookimpl
+from hango.run.runner import executing_harness
 from hango.telemetry import (
     ERROR_TYPE,
     PROVIDER_NAME,
@@ -112,6 +115,7 @@ __all__ = [
     "ToolWrapper",
     "argument_digest",
     "duration_setting",
+    "executing_harness",
     "float_setting",
     "held_calls",
     "hookimpl",

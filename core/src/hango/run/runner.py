@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -84,6 +85,17 @@ async def _discard(_: Event) -> None:
     return None
 
 
+#: The Harness executing the current run, seen by its middlewares and tools (a sub-agent starts
+#: and executes its child runs through it: the same store, tenant, plugins and settings).
+_EXECUTING: contextvars.ContextVar[Harness] = contextvars.ContextVar("hango_executing_harness")
+
+
+def executing_harness() -> Harness:
+    """The ``Harness`` executing the run whose middleware or tool is calling. Raises
+    ``LookupError`` outside a run's execution."""
+    return _EXECUTING.get()
+
+
 class Harness:
     """Starts and executes runs against one store.
 
@@ -146,10 +158,13 @@ class Harness:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        parent_run_id: uuid.UUID | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
-        for a worker.
+        for a worker. ``parent_run_id`` / ``parent_tool_call_id``: a sub-agent's child run,
+        answering that tool call of that run (``RunStore.create_run``).
 
         Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
         ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
@@ -183,6 +198,8 @@ class Harness:
                 # Started for workers: a decision puts it back on the queue (hango resume).
                 "queued": status is RunStatus.QUEUED,
             },
+            parent_run_id=parent_run_id,
+            parent_tool_call_id=parent_tool_call_id,
         )
         if not agent.portable:
             self._live[run.id] = agent
@@ -322,14 +339,51 @@ class Harness:
         if not queue:
             # Else the run would be left ``running`` with nobody to run it.
             await self._continuable(run, agent)
+        decisions, forwarded = await self._decide_children(run, decisions)
 
         tools = None  # for checking an edit: imported only when there is one
         if any(d.type == "edit" for d in decisions.values()):
             tools = await self._tools_of(run, agent)
         ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
-        return await decide_run(
+        done = await decide_run(
             self.store, self.tenant_id, run_id, decisions, ready=ready, tools=tools
         )
+        if forwarded:
+            done = attrs.evolve(done, recorded=(*forwarded, *done.recorded))
+        return done
+
+    async def _decide_children(
+        self, run: RunRecord, decisions: Mapping[str, Decision]
+    ) -> tuple[dict[str, Decision], tuple[str, ...]]:
+        """Forward the decisions about a child run's calls to the child.
+
+        A pending action whose ``request`` holds a ``child_run_id`` (hango-subagents: a
+        ``task`` call whose child waits) stands for that child's questions, listed in its
+        ``request["pending"]``: decisions naming them are recorded on the child (continued by
+        the parent, so never queued), and once the child waits for nothing the parent's action
+        is approved. Returns the decisions left for ``run`` and the child calls decided.
+        """
+        state = run.state if isinstance(run.state, dict) else {}
+        if run.status is not RunStatus.SUSPENDED or not state:
+            return dict(decisions), ()
+        left: dict[str, Decision] = dict(decisions)
+        forwarded: list[str] = []
+        for action in load_state(state).interrupts.waiting():
+            request = action.request
+            if not isinstance(request, dict) or "child_run_id" not in request:
+                continue
+            pending = request.get("pending", ())
+            asked = {key for p in pending for key in (p["id"], p["tool_call_id"])}
+            mine = {k: d for k, d in left.items() if k in asked}
+            if not mine:
+                continue
+            child = uuid.UUID(request["child_run_id"])
+            done = await self.decide(child, mine, queue=False)
+            forwarded += done.recorded
+            left = {k: d for k, d in left.items() if k not in mine}
+            if not done.waiting:
+                left[action.id] = Decision.approve()
+        return left, tuple(forwarded)
 
     async def _tools_of(self, run: RunRecord, agent: AgentDefinition | None) -> ToolRegistry | None:
         """The agent's own tools for ``run``; None when this process cannot have them (an
@@ -447,6 +501,28 @@ class Harness:
 
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
+
+        executing = _EXECUTING.set(self)
+        try:
+            return await self._execute(
+                run, agent, placements, state, saver, checkpoint, emit, stop, resumed
+            )
+        finally:
+            _EXECUTING.reset(executing)
+
+    async def _execute(
+        self,
+        run: RunRecord,
+        agent: AgentDefinition,
+        placements: Sequence[Placement],
+        state: State,
+        saver: _Saver,
+        checkpoint: Callable[[State], Awaitable[None]],
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        resumed: bool,
+    ) -> RunFinished:
+        run_id = run.id
 
         with telemetry.tracer.start_as_current_span(
             f"invoke_agent {agent.name}",

@@ -1,0 +1,230 @@
+"""An on-disk lead agent with a researcher sub-agent, for the hango-subagents tests.
+
+``team(folder, lead=[...], researcher=[...])`` writes ``agent.toml`` (the lead, which may
+delegate to ``researcher`` and ``general-purpose``), ``researcher.toml`` and their scripts
+(lists of turns, as ``ScriptedModel`` reads them) and ``team_tools.py``, whose tools append one
+line per execution to ``executions.log`` beside them: the counts are the tools' own. Each team
+gets its own module name, since a process imports a module of one name once.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hango.testing import write_agent
+
+TOOLS = '''
+"""Tools of the sub-agent tests: each execution is one line of executions.log."""
+
+import os
+import signal
+from pathlib import Path
+
+from hango import tool
+
+HERE = Path(__file__).parent
+
+
+def note(line: str) -> None:
+    with (HERE / "executions.log").open("a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+def look(label: str) -> str:
+    """Look something up."""
+    note(f"look {label}")
+    return f"looked up {label}"
+
+
+@tool(idempotent=False)
+def write(label: str) -> str:
+    """Write something (must happen once)."""
+    note(f"write {label}")
+    if os.environ.get("KILL_AT") == f"write {label}":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"wrote {label}"
+
+
+TOOLS = [look, write]
+'''
+
+LEAD = """
+name = "lead"
+model = "scripted:lead.json"
+system = ["You lead; delegate research."]
+tools = ["{tools}:TOOLS"]
+max_turns = 6
+[options.subagent]
+general_purpose = true
+max_report_chars = {max_report_chars}
+[[options.subagent.agents]]
+name = "researcher"
+description = "Finds facts and reports them with their sources."
+agent = "researcher.toml"
+"""
+
+RESEARCHER = """
+name = "researcher"
+model = "scripted:researcher.json"
+system = ["You research and report."]
+tools = ["{tools}:TOOLS"]
+max_turns = 6
+{extra}
+"""
+
+
+def task(call_id: str, description: str, subagent_type: str = "researcher") -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "name": "task",
+        "input": {"description": description, "subagent_type": subagent_type},
+    }
+
+
+def call(call_id: str, name: str, label: str) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "input": {"label": label}}
+
+
+def team(
+    folder: Path,
+    *,
+    lead: Sequence[dict[str, Any]],
+    researcher: Sequence[dict[str, Any]],
+    max_report_chars: int = 20_000,
+    researcher_extra: str = "",
+) -> Path:
+    """Write the team into ``folder``; returns the lead's agent file."""
+    tools = f"team_tools_{uuid.uuid4().hex}"
+    return write_agent(
+        folder,
+        agent=LEAD.format(max_report_chars=max_report_chars, tools=tools),
+        tools={tools: TOOLS},
+        files={
+            "researcher.toml": RESEARCHER.format(extra=researcher_extra, tools=tools),
+            "lead.json": json.dumps({"turns": list(lead)}),
+            "researcher.json": json.dumps({"turns": list(researcher)}),
+        },
+    )
+
+
+def executions(folder: Path) -> Counter[str]:
+    """How many times each tool body ran (``"write r1" -> 1``)."""
+    log = folder / "executions.log"
+    return Counter(log.read_text().splitlines() if log.exists() else [])
+
+
+# --- delegation: the child run, its report, the task result ---------------------------------
+
+import pytest  # noqa: E402
+
+import hango_subagents  # noqa: E402
+from hango import AgentDefinition, Harness, RunStatus, RunStore, ToolResultBlock  # noqa: E402
+from hango.middleware import StackConfig  # noqa: E402
+from hango.testing import assert_installed  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # psycopg's pool runs on asyncio only; the runner itself is covered on trio by core's tests.
+    return "asyncio"
+
+
+REPORT = "REPORT: the limit is 42 (source: limits.md)."
+
+
+def results(messages: Sequence[Any]) -> dict[str, ToolResultBlock]:
+    return {b.tool_use_id: b for m in messages for b in m.content if isinstance(b, ToolResultBlock)}
+
+
+async def run_lead(store: RunStore, tenant: uuid.UUID, agent_file: Path) -> Any:
+    harness = Harness(store, tenant_id=tenant)
+    return await harness.run(AgentDefinition.from_file(agent_file), "Find the limit.")
+
+
+def test_installed_through_entry_point() -> None:
+    config = StackConfig(middleware_options={"subagent": {"general_purpose": True}})
+    placed = assert_installed(
+        "subagent", "hango-subagents", hango_subagents, middleware="subagent", config=config
+    )
+    assert placed.capabilities == ("tool_wrapper", "tool_provider")
+
+
+async def test_a_delegation_is_a_child_run_whose_report_is_the_task_result(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    agent_file = team(
+        tmp_path,
+        lead=[{"tool_calls": [task("t1", "Find the limit in limits.md.")]}, {"text": "42."}],
+        researcher=[{"tool_calls": [call("r1", "look", "limits")]}, {"text": REPORT}],
+    )
+    finished = await run_lead(store, tenant, agent_file)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+
+    (child,) = await store.child_runs(tenant, finished.run_id)
+    assert (child.parent_run_id, child.parent_tool_call_id) == (finished.run_id, "t1")
+    assert child.status is RunStatus.COMPLETED
+    parent = await store.get_run(tenant, finished.run_id)
+    assert child.session_id != parent.session_id  # a fresh history, not the parent's
+    # Its own model and stack, from its own agent file.
+    assert child.config["model"] == "scripted:researcher.json"
+    assert (await store.get_agent(tenant, child.agent_id)).name == "researcher"
+
+    child_history = await store.load_messages(tenant, child.session_id)
+    assert child_history[0].text == "Find the limit in limits.md."
+    assert child_history[-1].text == REPORT
+    lead_history = await store.load_messages(tenant, parent.session_id)
+    assert results(lead_history)["t1"].content == REPORT
+    assert executions(tmp_path) == {"look limits": 1}
+    # The child's tool result stays in the child's history; nothing of it reached the lead's.
+    assert "r1" not in results(lead_history)
+
+
+async def test_a_long_report_is_bounded_and_stays_whole_with_the_child(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    long_report = "fact " * 20_480  # 100 kB
+    agent_file = team(
+        tmp_path,
+        lead=[{"tool_calls": [task("t1", "Collect every fact.")]}, {"text": "Done."}],
+        researcher=[{"text": long_report}],
+        max_report_chars=1000,
+    )
+    finished = await run_lead(store, tenant, agent_file)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    (child,) = await store.child_runs(tenant, finished.run_id)
+    parent = await store.get_run(tenant, finished.run_id)
+    result = results(await store.load_messages(tenant, parent.session_id))["t1"].content
+    assert result.startswith(long_report[:1000])
+    assert len(result) < 1300
+    assert f"cut at 1000 of {len(long_report)} characters" in result
+    assert str(child.id) in result
+    assert (await store.load_messages(tenant, child.session_id))[-1].text == long_report
+
+
+async def test_general_purpose_runs_the_parents_agent_without_task(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    # The lead's own script serves the general-purpose child too: its first turn (a task call)
+    # would fail there, since at depth 1 the child has no task tool.
+    agent_file = team(
+        tmp_path,
+        lead=[
+            {"tool_calls": [task("t1", "Look it up.", "general-purpose")]},
+            {"text": "child or lead done"},
+        ],
+        researcher=[],
+    )
+    finished = await run_lead(store, tenant, agent_file)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    (child,) = await store.child_runs(tenant, finished.run_id)
+    assert (await store.get_agent(tenant, child.agent_id)).name == "lead"
+    history = await store.load_messages(tenant, child.session_id)
+    assert results(history)["t1"].is_error  # task is unknown one level down
