@@ -113,6 +113,7 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
     stack = record.config["stack"]
     names = [e["name"] for e in stack]
     assert names == [
+        "subagent",
         "repair_tool_calls",
         "todo",
         "repeat_call",

@@ -27,6 +27,7 @@ import hango_prompt_cache
 import hango_repair
 import hango_repeat
 import hango_retry
+import hango_subagents
 import hango_todo
 from hango import (
     AgentDefinition,
@@ -50,6 +51,7 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 HANGO = Path(hango_executable())
 
 STACK = [
+    "subagent",
     "repair_tool_calls",
     "todo",
     "repeat_call",
@@ -70,6 +72,7 @@ PLUGINS: dict[str, ModuleType] = {
     "fallback": hango_fallback,
     "prompt_cache": hango_prompt_cache,
     "approval": hango_approval,
+    "subagent": hango_subagents,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -82,6 +85,7 @@ SLOTS = {
     "fallback": "model_fallback",
     "prompt_cache": "prompt_cache",
     "approval": "human_in_the_loop",
+    "subagent": "subagent",
 }
 
 
@@ -96,7 +100,7 @@ def test_registration_order_never_changes_the_chain(order: list[str]) -> None:
     pm = make_plugin_manager(env={}, load_entrypoints=False)
     for name in order:
         pm.register(PLUGINS[name], name=name)
-    config = StackConfig(tool_allowlist=frozenset({"read_file", "write_todos"}))
+    config = StackConfig(tool_allowlist=frozenset({"read_file", "write_todos", "task"}))
     assert [m.name for m in default_stack(config, pm)] == STACK
 
 
@@ -113,6 +117,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     )
     rows = json.loads(done.stdout)
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
+        ("subagent", "hango-subagents", "subagent"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
@@ -123,7 +128,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
-    assert rows[1]["capabilities"] == ["tool_provider", "prompt_contributor"]
+    assert rows[2]["capabilities"] == ["tool_provider", "prompt_contributor"]
 
 
 @pytest.mark.parametrize(

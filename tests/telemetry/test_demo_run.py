@@ -23,6 +23,7 @@ pytestmark = pytest.mark.anyio
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 #: The installed plugins' stack, in STACK_ORDER.
 PHASE_STACK = (
+    "subagent",
     "repair_tool_calls",
     "todo",
     "repeat_call",

@@ -10,6 +10,7 @@ gets its own module name, since a process imports a module of one name once.
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -126,7 +127,13 @@ import pytest  # noqa: E402
 import hango_subagents  # noqa: E402
 from hango import AgentDefinition, Harness, RunStatus, RunStore, ToolResultBlock  # noqa: E402
 from hango.middleware import StackConfig  # noqa: E402
-from hango.testing import assert_installed  # noqa: E402
+from hango.testing import (  # noqa: E402
+    CLI_TENANT,
+    HangoCli,
+    Killed,
+    assert_installed,
+    assert_valid_history,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -154,7 +161,7 @@ def test_installed_through_entry_point() -> None:
     placed = assert_installed(
         "subagent", "hango-subagents", hango_subagents, middleware="subagent", config=config
     )
-    assert placed.capabilities == ("tool_wrapper", "tool_provider")
+    assert placed.capabilities == ("tool_wrapper", "run_hook", "tool_provider")
 
 
 async def test_a_delegation_is_a_child_run_whose_report_is_the_task_result(
@@ -228,3 +235,95 @@ async def test_general_purpose_runs_the_parents_agent_without_task(
     assert (await store.get_agent(tenant, child.agent_id)).name == "lead"
     history = await store.load_messages(tenant, child.session_id)
     assert results(history)["t1"].is_error  # task is unknown one level down
+
+
+# --- crashes: a finished child is never run again, an interrupted one continues --------------
+
+
+class KillAfterTask:
+    """Outside the sub-agent middleware: once a task call returned (its child finished and
+    saved), ends the process's run before the lead saves the result, as a kill -9 there
+    would."""
+
+    name = "kill_after_task"
+
+    def __init__(self, armed: bool) -> None:
+        self.armed = armed
+
+    async def wrap_tool_call(self, req: Any, next: Any) -> Any:
+        result = await next(req)
+        if self.armed and req.call.name == "task":
+            raise Killed
+        return result
+
+
+def killing(store: RunStore, tenant: uuid.UUID, *, armed: bool) -> Harness:
+    def stack(config: StackConfig) -> list[Any]:
+        found = hango_subagents.catalog(config, config.options("subagent"))
+        return [KillAfterTask(armed), hango_subagents.SubagentMiddleware(found)]
+
+    return Harness(store, tenant_id=tenant, stack=stack)
+
+
+async def test_a_child_that_finished_before_the_crash_is_not_run_again(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    agent_file = team(
+        tmp_path,
+        lead=[{"tool_calls": [task("t1", "Write it down.")]}, {"text": "Written."}],
+        researcher=[{"tool_calls": [call("r1", "write", "notes")]}, {"text": REPORT}],
+    )
+    first = killing(store, tenant, armed=True)
+    run = await first.start(AgentDefinition.from_file(agent_file), "Write it down.")
+    with pytest.raises(Killed):
+        await first.execute(run.id)
+    (child,) = await store.child_runs(tenant, run.id)
+    assert child.status is RunStatus.COMPLETED
+    assert (await store.get_run(tenant, run.id)).status is RunStatus.RUNNING
+    child_version = child.version
+
+    finished = await killing(store, tenant, armed=False).execute(run.id)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    (again,) = await store.child_runs(tenant, run.id)
+    # The same child, untouched: its tool ran once, its report was reused.
+    assert (again.id, again.version) == (child.id, child_version)
+    assert executions(tmp_path) == {"write notes": 1}
+    lead = await store.get_run(tenant, run.id)
+    lead_history = await store.load_messages(tenant, lead.session_id)
+    assert results(lead_history)["t1"].content == REPORT
+    # One task call: the model was not made to delegate again.
+    assert sum(1 for m in lead_history for u in m.tool_uses if u.name == "task") == 1
+    assert_valid_history(lead_history)
+
+
+async def test_kill_9_inside_the_childs_tool_continues_the_child_on_resume(
+    tmp_path: Path,
+) -> None:
+    team(
+        tmp_path,
+        lead=[{"tool_calls": [task("t1", "Write it down.")]}, {"text": "Written."}],
+        researcher=[{"tool_calls": [call("r1", "write", "notes")]}, {"text": REPORT}],
+    )
+    cli = HangoCli(tmp_path)
+    done = cli.run("run", "--agent", "agent.toml", "Go.", env={"KILL_AT": "write notes"})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    (child, lead) = await cli.runs()  # newest first
+    assert lead.parent_run_id is None and child.parent_run_id == lead.id
+    assert (lead.status, child.status) == (RunStatus.RUNNING, RunStatus.RUNNING)
+
+    resumed = cli.run("resume", "--force", str(lead.id))
+    assert resumed.returncode == 0, resumed.stderr
+    async with cli.store() as store:
+        lead = await store.get_run(CLI_TENANT, lead.id)
+        child = await store.get_run(CLI_TENANT, child.id)
+        assert (lead.status, child.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
+        assert [c.id for c in await store.child_runs(CLI_TENANT, lead.id)] == [child.id]
+        child_history = await store.load_messages(CLI_TENANT, child.session_id)
+        lead_history = await store.load_messages(CLI_TENANT, lead.session_id)
+    # The write started before the kill: never run again, the child told its outcome is
+    # unknown, and it went on from its own checkpoint to its report.
+    assert executions(tmp_path) == {"write notes": 1}
+    assert results(child_history)["r1"].is_error
+    assert results(lead_history)["t1"].content == REPORT
+    assert_valid_history(child_history)
+    assert_valid_history(lead_history)

@@ -6,12 +6,13 @@ with the task description and nothing of the parent's state goes in or comes bac
 parallel children cannot collide. The child's final message is its report, stored with it;
 the ``task`` result is that report, bounded with a note naming the child run.
 
-The child is started and driven by the wrapper, before the call reaches the tool, because a
+The child is started and driven by the wrapper, which answers the call itself, because a
 child that suspends for a person must suspend the parent with the ``task`` call pending, and
-a pause can only be raised before a call runs. The ``task`` tool then only reads the stored
-report. Every pass looks the child up first, which is what makes resuming safe at any point:
-a finished child is never run again (its report is reused), an interrupted one continues from
-its own checkpoints (``Harness.execute``), a suspended one suspends the parent again.
+a pause can only be raised before a call reaches its tool. Every pass looks the child up
+first, which is what makes resuming safe at any point: a finished child is never run again
+(its report is reused), an interrupted one continues from its own checkpoints
+(``Harness.execute``), a suspended one suspends the parent again. The run hook holds a ``task``
+call whose child exists, so a resumed parent runs it again instead of repairing it away.
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ from hango import (
     ToolSpec,
     error_result,
 )
-from hango.middleware import State, ToolCallRequest, ToolHandler, executing_harness
+from hango.middleware import (
+    State,
+    ToolCallRequest,
+    ToolHandler,
+    argument_digest,
+    executing_harness,
+)
 from hango_subagents.catalog import GENERAL_PURPOSE, Catalog, Subagent
 
 TOOL_NAME: Final = "task"
@@ -61,9 +68,7 @@ def describe(catalog: Catalog) -> str:
 
 
 class TaskTool:
-    """The ``task`` tool. Its body reads the report of the child run the wrapper finished."""
-
-    idempotent = True  # a repeated call finds its child and returns the stored report
+    """The ``task`` tool: its spec. Its calls are answered by ``SubagentMiddleware``."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -85,12 +90,8 @@ class TaskTool:
         )
 
     async def call(self, input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        harness = executing_harness()
-        child = await child_of(harness, ctx.state.run_id, ctx.call.id)
-        if child is None or child.status is not RunStatus.COMPLETED:
-            # Only reachable when the wrapper is not in the chain in front of the tool.
-            return error_result("task: the sub-agent's run did not complete; nothing to report")
-        return ToolResult(await report(harness, child, self.catalog.max_report_chars))
+        # Valid calls are answered by SubagentMiddleware, which provides this tool.
+        return error_result("task calls are run by the subagent middleware, absent here")
 
 
 class SubagentMiddleware:
@@ -110,6 +111,23 @@ class SubagentMiddleware:
     def provide_tools(self, state: State) -> Sequence[Tool]:
         return (self.tool,) if self.delegates else ()
 
+    async def before_run(self, state: State) -> None:
+        """Hold the ``task`` calls of the unfinished batch whose child run exists, so a history
+        repair leaves them unanswered and the loop runs them again: this middleware then
+        answers them from their child (its stored report, or the child continued), where a
+        synthetic "interrupted" result would make the model delegate the same work twice."""
+        if not self.delegates or not state.messages or state.messages[-1].role != "assistant":
+            return
+        calls = [u for u in state.messages[-1].tool_uses if u.name == TOOL_NAME]
+        if not calls:
+            return
+        harness = executing_harness()
+        children = await harness.store.child_runs(harness.tenant_id, state.run_id)
+        started = {c.parent_tool_call_id for c in children}
+        for use in calls:
+            if use.id in started and use.id not in state.interrupts.started:
+                state.interrupts.start(use.id, use.name, argument_digest(use.name, use.input))
+
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         if not self.delegates or req.call.name != TOOL_NAME or not isinstance(req.call.input, dict):
             return await next(req)
@@ -124,6 +142,8 @@ class SubagentMiddleware:
             if child is not None and child.status is RunStatus.SUSPENDED:
                 await self._pause(req, harness, child, sub)
             return await next(req)
+        # Answered here, never by calling next: the child is the call's execution, and a
+        # resumed pass must reach it again whatever the loop recorded of the first one.
         if child is None:
             try:
                 child = await self._start(harness, req, sub, description)
@@ -161,7 +181,7 @@ class SubagentMiddleware:
                     child.id,
                     finished.error or finished.stop_reason or "no report",
                 )
-        return await next(req)
+        return ToolResult(await report(harness, child, self.catalog.max_report_chars))
 
     async def _start(
         self, harness: Harness, req: ToolCallRequest, sub: Subagent, description: str
