@@ -330,6 +330,26 @@ async def test_sigterm_finishes_the_turn_saves_and_hands_the_run_back(
     assert await workers.exit_code(second) == 0
 
 
+async def test_a_sigterm_delivered_twice_at_once_is_one_stop(
+    store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
+) -> None:
+    """`kill -TERM -PGID` of `uv run hango worker` delivers the signal twice (the group, then
+    uv forwarding it): that is one stop, which finishes the turn, not a cancel of the run
+    mid-tool (issue "Run integrity II", item 9)."""
+    folder = agent_dir(tmp_path, TERM_SCRIPT)
+    (run,) = await submit(store, tenant, folder / "agent.toml")
+    proc = workers.start("--concurrency", "1", "--lease", "30")
+    await wait_for_line(folder, f"{run.id} s1:start")
+    proc.send_signal(signal.SIGTERM)
+    await anyio.sleep(0.3)  # uv forwards the group's signal a moment later
+    proc.send_signal(signal.SIGTERM)
+    assert await workers.exit_code(proc) == 0
+    assert "cancelling the runs" not in workers.log(proc)
+    history = await store.load_messages(tenant, run.session_id)
+    assert history[-1].tool_results[0].content == "s1 done"  # the turn finished
+    assert executions(folder)[f"{run.id} s1:done"] == 1
+
+
 async def test_two_workers_complete_200_queued_demo_runs_exactly_once(
     store: RunStore, tenant: uuid.UUID, workers: Workers
 ) -> None:

@@ -21,7 +21,7 @@ never on ``self``: one middleware instance may serve many runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -211,6 +211,17 @@ class ToolProvider(Protocol):
 @runtime_checkable
 class PromptContributor(Protocol):
     def system_blocks(self, state: State) -> Sequence[TextBlock]: ...
+
+
+@runtime_checkable
+class ToolChecker(Protocol):
+    """A middleware whose options name tools (or Python objects) checks them before a run is
+    recorded: ``check_tools`` gets the name of every tool the run can call (the agent's own
+    and those the plugins provide) and raises ``ConfigError`` naming its options table and key
+    for a name no tool has, or an object that does not import. Called once per run start, so
+    a typo fails at load, not at the first gated call (issue "Run integrity II", item 5)."""
+
+    def check_tools(self, tools: Collection[str]) -> None: ...
 
 
 #: Capability protocols in documentation order, with the names ``hango plugins`` prints.

@@ -19,6 +19,9 @@ from hango.config import (
 )
 from hango.run import Harness
 
+#: Signals this close to the first one are the same stop (seconds).
+ONE_STOP_SECONDS = 1.0
+
 
 @main.command()
 @click.option(
@@ -57,7 +60,9 @@ def worker(
     """Execute queued runs until SIGTERM or Ctrl-C.
 
     The first signal stops claiming, lets each run finish its current turn, saves it and puts
-    it back in the queue; a second one cancels the runs at once (also saved and queued)."""
+    it back in the queue; a second one cancels the runs at once (also saved and queued).
+    Signals within a second of the first count as one (a process group's SIGTERM arrives
+    twice under `uv run`: from the group, then forwarded by uv)."""
     import logging
 
     from hango.run.worker import Worker, wait_for_store
@@ -85,11 +90,18 @@ def worker(
                 async with anyio.create_task_group() as tg:
 
                     async def on_signals() -> None:
+                        first = 0.0
                         async for _ in signals:
+                            now = anyio.current_time()
+                            if w.stopping and now - first < ONE_STOP_SECONDS:
+                                # `kill -TERM -PGID` under `uv run`: the group's signal, then
+                                # uv forwarding it. One stop, not a cancel.
+                                continue
                             if w.stopping:
                                 logging.getLogger("hango.worker").warning("cancelling the runs")
                                 w.kill()
                                 return
+                            first = now
                             logging.getLogger("hango.worker").info(
                                 "stopping: each run finishes its turn (signal again to cancel)"
                             )

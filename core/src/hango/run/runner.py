@@ -30,7 +30,7 @@ from hango.agent.definition import AgentDefinition, AgentFileError
 from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.interrupts.records import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
-from hango.agent.middleware import Middleware
+from hango.agent.middleware import Middleware, ToolChecker
 from hango.agent.stack import IN_PROCESS, Placement, in_process
 from hango.agent.state import (
     State,
@@ -681,7 +681,8 @@ class _Saver:
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
     """Tool names are unique across the agent and its plugins (``AgentFileError`` otherwise,
-    before the run is recorded); an allowlisted name that no tool answers to is an
+    before the run is recorded); every ``ToolChecker`` middleware checks the tool names its
+    options give (``ConfigError``); an allowlisted name that no tool answers to is an
     ``AllowlistWarning`` (a typo, or a plugin that is not installed: the agent still runs,
     without that tool)."""
     probe = State(DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT, DEFAULT_TENANT)
@@ -693,6 +694,9 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
                 "the agent's tools; rename the agent's"
             )
         names.append(t.spec.name)
+    for mw in chain.middlewares:
+        if isinstance(mw, ToolChecker):
+            mw.check_tools(frozenset(names))
     unknown = sorted(set(agent.tool_allowlist or ()) - set(names))
     if unknown:
         warnings.warn(

@@ -21,7 +21,7 @@ edit names.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 from hango import ToolResult, ToolUseBlock, error_result
@@ -29,6 +29,7 @@ from hango.middleware import (
     REQUEST_REWRITTEN,
     SHORT_CIRCUITED,
     TOOL_NAME,
+    ConfigError,
     ToolCallRequest,
     ToolHandler,
     record,
@@ -56,8 +57,24 @@ class HumanInTheLoopMiddleware:
         source: str = "human_in_the_loop",
     ) -> None:
         self.policies = policies(interrupt_on or {}, when, source=source)
+        self.source = source
         # Imported predicates: configuration, resolved once per process, not per-run data.
         self._imported: dict[str, Predicate] = {}
+
+    def check_tools(self, tools: Collection[str]) -> None:
+        """Before a run is recorded: every gated tool exists and every ``when`` predicate
+        imports (``ConfigError`` naming the table and key), so a typo never leaves the real
+        tool ungated and a predicate never fails mid-run."""
+        for tool, policy in self.policies.items():
+            if tool not in tools:
+                raise ConfigError(
+                    f"{self.source}: interrupt_on.{tool}: no tool {tool!r} in this run "
+                    f"(tools: {', '.join(sorted(tools)) or 'none'})"
+                )
+            if isinstance(policy.when, str) and policy.when not in self._imported:
+                self._imported[policy.when] = load_predicate(
+                    policy.when, source=f"{self.source}: when.{tool}"
+                )
 
     def _asks(self, req: ToolCallRequest, call: ToolUseBlock) -> ToolPolicy | None:
         policy = self.policies.get(call.name)

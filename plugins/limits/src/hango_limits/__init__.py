@@ -46,5 +46,6 @@ def hango_middleware(config: StackConfig) -> LimitsMiddleware:
     """The limits middleware for the agent's ``[options.limits]`` over the ``HANGO_LIMITS_*``
     defaults; raises ``ConfigError`` naming the variable when one is invalid."""
     return LimitsMiddleware(
-        LimitPolicy.from_options(config.options(LimitsMiddleware.name), config.settings)
+        LimitPolicy.from_options(config.options(LimitsMiddleware.name), config.settings),
+        source=f"{config.source}: [options.{LimitsMiddleware.name}]",
     )

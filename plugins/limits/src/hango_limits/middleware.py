@@ -25,7 +25,7 @@ Reaching a limit (the counter is already at its maximum when a call would start)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Final
 
 import attrs
@@ -36,6 +36,7 @@ from hango.middleware import (
     REQUEST_REWRITTEN,
     SHORT_CIRCUITED,
     TOOL_NAME,
+    ConfigError,
     Decision,
     ModelHandler,
     ModelRequest,
@@ -148,11 +149,23 @@ class LimitsMiddleware:
     # The private state goes on to the session's next run, which keeps the session counters.
     state_scope = "session"
 
-    def __init__(self, policy: LimitPolicy) -> None:
+    def __init__(self, policy: LimitPolicy, *, source: str = "limits") -> None:
         self.policy = policy
+        self.source = source
         self._model_limits = tuple(lim for lim in policy.limits if lim.counter in MODEL_COUNTERS)
         self._tool_limits = tuple(lim for lim in policy.limits if lim.counter not in MODEL_COUNTERS)
         self._output_limits = tuple(lim for lim in policy.limits if lim.counter == "output_tokens")
+
+    def check_tools(self, tools: Collection[str]) -> None:
+        """Before a run is recorded: every ``per_tool`` limit names a tool of the run
+        (``ConfigError`` naming the table and key otherwise: a typo must not leave the real
+        tool unlimited)."""
+        for lim in self.policy.limits:
+            if lim.tool is not None and lim.tool not in tools:
+                raise ConfigError(
+                    f"{self.source}: {lim.key}: no tool {lim.tool!r} in this run "
+                    f"(tools: {', '.join(sorted(tools)) or 'none'})"
+                )
 
     def _load(self, state: State) -> LimitsState:
         counts, found = load_private(state, self.name, LimitsState)
