@@ -125,7 +125,14 @@ def executions(folder: Path) -> Counter[str]:
 import pytest  # noqa: E402
 
 import hango_subagents  # noqa: E402
-from hango import AgentDefinition, Harness, RunStatus, RunStore, ToolResultBlock  # noqa: E402
+from hango import (  # noqa: E402
+    AgentDefinition,
+    Decision,
+    Harness,
+    RunStatus,
+    RunStore,
+    ToolResultBlock,
+)
 from hango.middleware import StackConfig  # noqa: E402
 from hango.testing import (  # noqa: E402
     CLI_TENANT,
@@ -327,3 +334,70 @@ async def test_kill_9_inside_the_childs_tool_continues_the_child_on_resume(
     assert results(lead_history)["t1"].content == REPORT
     assert_valid_history(child_history)
     assert_valid_history(lead_history)
+
+
+# --- an approval inside a child suspends the parent ------------------------------------------
+
+GATED = """
+[options.human_in_the_loop]
+interrupt_on = { write = true }
+"""
+
+
+@pytest.mark.parametrize(
+    ("decision", "child_result"),
+    [
+        (Decision.approve(), "wrote notes"),
+        (Decision.edit({"label": "edited"}), "wrote edited"),
+        (Decision.reject("Not now."), "Not now."),
+        (Decision.respond("Pretend it is written."), "Pretend it is written."),
+    ],
+    ids=["approve", "edit", "reject", "respond"],
+)
+async def test_an_approval_inside_a_child_suspends_the_parent_and_resumes_both(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path, decision: Decision, child_result: str
+) -> None:
+    agent_file = team(
+        tmp_path,
+        lead=[
+            {
+                "tool_calls": [
+                    call("p1", "look", "before"),
+                    task("t1", "Write the notes."),
+                    call("p2", "look", "after"),
+                ]
+            },
+            {"text": "All done."},
+        ],
+        researcher=[{"tool_calls": [call("r1", "write", "notes")]}, {"text": REPORT}],
+        researcher_extra=GATED,
+    )
+    harness = Harness(store, tenant_id=tenant)
+    first = await harness.run(AgentDefinition.from_file(agent_file), "Go.")
+    assert first.status is RunStatus.SUSPENDED, first.error
+    (question,) = first.pending
+    assert question.tool_call_id == "t1" and question.middleware == "subagent"
+    (child,) = await store.child_runs(tenant, first.run_id)
+    assert child.status is RunStatus.SUSPENDED
+    assert isinstance(question.request, dict)
+    assert question.request["child_run_id"] == str(child.id)
+    assert [p["tool_call_id"] for p in question.request["pending"]] == ["r1"]
+    # The sibling before the task ran; the one after waits with the batch; nothing was written.
+    assert executions(tmp_path) == {"look before": 1}
+
+    # A new process decides the child's call through the parent.
+    finished = await Harness(store, tenant_id=tenant).resume(first.run_id, {"r1": decision})
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    expected = {"look before": 1, "look after": 1}
+    if decision.type in ("approve", "edit"):
+        expected[child_result.replace("wrote", "write")] = 1
+    assert executions(tmp_path) == expected
+    child = await store.get_run(tenant, child.id)
+    assert child.status is RunStatus.COMPLETED
+    child_history = await store.load_messages(tenant, child.session_id)
+    assert child_result in results(child_history)["r1"].content
+    lead = await store.get_run(tenant, first.run_id)
+    lead_history = await store.load_messages(tenant, lead.session_id)
+    assert results(lead_history)["t1"].content == REPORT
+    assert_valid_history(lead_history)
+    assert_valid_history(child_history)
