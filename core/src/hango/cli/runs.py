@@ -65,7 +65,21 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "model": r.config.get("model"),
         "base_url": r.config.get("base_url"),
         "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
+        # A sub-agent's child run: the run and the tool call it answers (else None).
+        "parent_run_id": None if r.parent_run_id is None else str(r.parent_run_id),
+        "parent_tool_call_id": r.parent_tool_call_id,
     }
+
+
+async def _tree(
+    store: RunStore, tenant: uuid.UUID, run_id: uuid.UUID, depth: int = 0
+) -> list[tuple[int, RunRecord]]:
+    """The child runs of ``run_id`` and theirs, depth first, each with its depth (0: a child)."""
+    rows: list[tuple[int, RunRecord]] = []
+    for child in await store.child_runs(tenant, run_id):
+        rows.append((depth, child))
+        rows += await _tree(store, tenant, child.id, depth + 1)
+    return rows
 
 
 async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
@@ -200,7 +214,8 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
 @json_option
 @click.argument("run_id")
 def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
-    """Show RUN_ID (an id or a unique prefix): status, messages and state (the plan)."""
+    """Show RUN_ID (an id or a unique prefix): status, messages, state (the plan) and its
+    child runs (sub-agents), as a tree."""
 
     async def main_() -> None:
         store = await open_store(db_url(db))
@@ -208,11 +223,16 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
             tenant = Config.from_env().tenant_id
             record = await store.get_run(tenant, await resolve(store, "run", run_id))
             messages = await store.load_messages(tenant, record.session_id)
+            tree = await _tree(store, tenant, record.id)
+            names = await _agent_names(store, [r for _, r in tree])
         finally:
             await store.aclose()
         pending = pending_of(record.state)
         if as_json:
             doc = _run_json(record) | {
+                "children": [
+                    _run_json(r) | {"agent": names[r.agent_id]} for depth, r in tree if depth == 0
+                ],
                 "pending": None if pending is None else pending_json(pending),
                 "state": record.state,
                 "messages": [message_to_json(m) for m in messages],
@@ -220,6 +240,15 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
             console.print_json(json.dumps(doc))
             return
         _print_run(record, messages)
+        if tree:
+            console.print("child runs (sub-agents):")
+        for depth, r in tree:
+            console.print(
+                f"{'  ' * (depth + 1)}task call {r.parent_tool_call_id} -> child run {r.id}  "
+                f"{names[r.agent_id]}  {r.status.value}",
+                markup=False,
+                soft_wrap=True,
+            )
         if pending and record.status is RunStatus.SUSPENDED:
             print_pending(console, record.id, pending, db)
 

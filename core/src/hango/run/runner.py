@@ -361,7 +361,8 @@ class Harness:
         ``task`` call whose child waits) stands for that child's questions, listed in its
         ``request["pending"]``: decisions naming them are recorded on the child (continued by
         the parent, so never queued), and once the child waits for nothing the parent's action
-        is approved. Returns the decisions left for ``run`` and the child calls decided.
+        is approved. Approving the parent's action itself approves all of them. Returns the
+        decisions left for ``run`` and the child calls decided.
         """
         state = run.state if isinstance(run.state, dict) else {}
         if run.status is not RunStatus.SUSPENDED or not state:
@@ -375,6 +376,11 @@ class Harness:
             pending = request.get("pending", ())
             asked = {key for p in pending for key in (p["id"], p["tool_call_id"])}
             mine = {k: d for k, d in left.items() if k in asked}
+            whole = left.get(action.id) or left.get(action.tool_call_id)
+            if not mine and whole is not None and whole.type == "approve":
+                # Approving the delegation itself approves every call its child asks about.
+                mine = {p["id"]: Decision.approve() for p in pending}
+                left = {k: d for k, d in left.items() if k not in (action.id, action.tool_call_id)}
             if not mine:
                 continue
             child = uuid.UUID(request["child_run_id"])
