@@ -10,6 +10,7 @@ gets its own module name, since a process imports a module of one name once.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import uuid
 from collections import Counter
@@ -401,3 +402,108 @@ async def test_an_approval_inside_a_child_suspends_the_parent_and_resumes_both(
     assert results(lead_history)["t1"].content == REPORT
     assert_valid_history(lead_history)
     assert_valid_history(child_history)
+
+
+# --- two delegations in one batch ------------------------------------------------------------
+
+SCRIBE = """
+[[options.subagent.agents]]
+name = "scribe"
+description = "Writes things down without asking."
+agent = "scribe.toml"
+"""
+
+
+def add_scribe(folder: Path) -> None:
+    """A second, ungated sub-agent ``scribe`` for the team in ``folder``."""
+    tools = next(p.stem for p in folder.glob("team_tools_*.py"))
+    (folder / "agent.toml").write_text((folder / "agent.toml").read_text() + SCRIBE)
+    (folder / "scribe.toml").write_text(
+        f'name = "scribe"\nmodel = "scripted:scribe.json"\ntools = ["{tools}:TOOLS"]\n'
+    )
+    turns = [{"tool_calls": [call("s1", "write", "log")]}, {"text": "SCRIBE: logged."}]
+    (folder / "scribe.json").write_text(json.dumps({"turns": turns}))
+
+
+async def test_two_children_of_one_batch_one_suspends_the_others_result_is_kept(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    agent_file = team(
+        tmp_path,
+        lead=[
+            {
+                "tool_calls": [
+                    task("t1", "Write the log.", "scribe"),
+                    task("t2", "Write the notes.", "researcher"),
+                ]
+            },
+            {"text": "Both done."},
+        ],
+        researcher=[{"tool_calls": [call("r1", "write", "notes")]}, {"text": REPORT}],
+        researcher_extra=GATED,
+    )
+    add_scribe(tmp_path)
+    harness = Harness(store, tenant_id=tenant)
+    first = await harness.run(AgentDefinition.from_file(agent_file), "Go.")
+    assert first.status is RunStatus.SUSPENDED, first.error
+    assert [p.tool_call_id for p in first.pending] == ["t2"]
+    by_call = {c.parent_tool_call_id: c for c in await store.child_runs(tenant, first.run_id)}
+    assert by_call["t1"].status is RunStatus.COMPLETED
+    assert by_call["t2"].status is RunStatus.SUSPENDED
+    # Separate runs, separate sessions: nothing shared between the two children.
+    assert by_call["t1"].session_id != by_call["t2"].session_id
+    scribe_version = by_call["t1"].version
+
+    finished = await Harness(store, tenant_id=tenant).resume(
+        first.run_id, {"r1": Decision.approve()}
+    )
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    assert executions(tmp_path) == {"write log": 1, "write notes": 1}
+    again = {c.parent_tool_call_id: c for c in await store.child_runs(tenant, first.run_id)}
+    assert again["t1"].version == scribe_version  # kept, never run again
+    lead = await store.get_run(tenant, first.run_id)
+    history = await store.load_messages(tenant, lead.session_id)
+    answered = [b for m in history for b in m.content if isinstance(b, ToolResultBlock)]
+    # In call order, each with its own child's report.
+    assert [(b.tool_use_id, b.content) for b in answered] == [
+        ("t1", "SCRIBE: logged."),
+        ("t2", REPORT),
+    ]
+    assert_valid_history(history)
+
+
+# --- the example, as its README runs it ------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "subagents"
+
+
+async def test_the_example_suspends_the_lead_and_one_approval_completes_both(
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(EXAMPLE, tmp_path / "example")
+    workspace = tmp_path / "workspace"
+    cli = HangoCli(tmp_path, env={"SUBAGENTS_DEMO_WORKSPACE": str(workspace)})
+    done = cli.run("run", "--agent", "example/agent.toml", "Write up the project's limits.")
+    assert done.returncode == 3, done.stderr  # a suspended run exits 3
+    assert "research_write_1" in done.stdout
+    (child, lead) = await cli.runs()
+    assert child.parent_run_id == lead.id
+
+    shown = json.loads(cli.run("runs", "show", "--json", str(lead.id)).stdout)
+    assert [c["run_id"] for c in shown["children"]] == [str(child.id)]
+    assert shown["children"][0]["parent_tool_call_id"] == "lead_task_1"
+    (question,) = shown["pending"]
+    # The path to the child's question: parent call id, child run id, child call id.
+    assert question["tool_call_id"] == "lead_task_1"
+    assert question["request"]["child_run_id"] == str(child.id)
+    assert [p["tool_call_id"] for p in question["request"]["pending"]] == ["research_write_1"]
+    assert not (workspace / "writes.log").exists()
+
+    resumed = cli.run("resume", str(lead.id), "--approve", "research_write_1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (workspace / "writes.log").read_text() == "write_findings\n"
+    assert "Limits: 42" in (workspace / "findings.md").read_text()
+    tree = cli.run("runs", "show", str(lead.id)).stdout
+    assert f"task call lead_task_1 -> child run {child.id}  researcher  completed" in tree
+    (child, lead) = await cli.runs()
+    assert (lead.status, child.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
