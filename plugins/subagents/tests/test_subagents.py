@@ -507,3 +507,37 @@ async def test_the_example_suspends_the_lead_and_one_approval_completes_both(
     assert f"task call lead_task_1 -> child run {child.id}  researcher  completed" in tree
     (child, lead) = await cli.runs()
     assert (lead.status, child.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
+
+
+# --- budgets and failures ----------------------------------------------------------------
+
+
+async def test_the_childs_usage_is_rolled_up_and_a_failed_child_is_an_error_naming_it(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    agent_file = team(
+        tmp_path,
+        lead=[
+            {
+                "tool_calls": [task("t1", "Report."), task("t2", "Loop.", "scribe")],
+                "usage": {"input_tokens": 100, "output_tokens": 10},
+            },
+            {"text": "Done.", "usage": {"input_tokens": 200, "output_tokens": 20}},
+        ],
+        researcher=[{"text": REPORT, "usage": {"input_tokens": 7, "output_tokens": 3}}],
+    )
+    add_scribe(tmp_path)
+    # The scribe's own file sets its budget: one turn, which its tool call uses up.
+    scribe = tmp_path / "scribe.toml"
+    scribe.write_text(scribe.read_text() + "max_turns = 1\n")
+    finished = await run_lead(store, tenant, agent_file)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    assert (finished.usage.input_tokens, finished.usage.output_tokens) == (307, 33)
+    by_call = {c.parent_tool_call_id: c for c in await store.child_runs(tenant, finished.run_id)}
+    assert by_call["t2"].status is RunStatus.FAILED
+    lead = await store.get_run(tenant, finished.run_id)
+    failed = results(await store.load_messages(tenant, lead.session_id))["t2"]
+    assert failed.is_error
+    assert "sub-agent 'scribe' failed" in failed.content
+    assert str(by_call["t2"].id) in failed.content
+    assert "max_turns (1) reached" in failed.content

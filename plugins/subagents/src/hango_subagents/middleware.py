@@ -37,6 +37,7 @@ from hango import (
     ToolContext,
     ToolResult,
     ToolSpec,
+    Usage,
     error_result,
 )
 from hango.middleware import (
@@ -50,6 +51,9 @@ from hango_subagents.catalog import GENERAL_PURPOSE, Catalog, Subagent
 
 TOOL_NAME: Final = "task"
 NAME: Final = "subagent"
+#: Most delegation levels under one top-level run, whatever the agent files say: a sub-agent
+#: whose own file lists itself would otherwise delegate without end.
+MAX_NESTING: Final = 8
 
 
 def describe(catalog: Catalog) -> str:
@@ -145,6 +149,16 @@ class SubagentMiddleware:
         # Answered here, never by calling next: the child is the call's execution, and a
         # resumed pass must reach it again whatever the loop recorded of the first one.
         if child is None:
+            depth = await ancestors(harness, req.state.run_id)
+            if depth >= MAX_NESTING:
+                return error_result(
+                    "sub-agent %r not started: run %s is %d delegations deep, the most hango "
+                    "allows (%d); does a sub-agent's file delegate to itself?",
+                    sub.name,
+                    req.state.run_id,
+                    depth,
+                    MAX_NESTING,
+                )
             try:
                 child = await self._start(harness, req, sub, description)
             except (AgentFileError, ConfigError, PluginError) as exc:
@@ -174,6 +188,7 @@ class SubagentMiddleware:
                 child = await harness.store.get_run(harness.tenant_id, child.id)
                 await self._pause(req, harness, child, sub, finished.pending)
             if finished.status is not RunStatus.COMPLETED:
+                req.state.usage += finished.usage  # what the child spent counts either way
                 return error_result(
                     "sub-agent %r %s (child run %s): %s",
                     sub.name,
@@ -181,6 +196,10 @@ class SubagentMiddleware:
                     child.id,
                     finished.error or finished.stop_reason or "no report",
                 )
+        child = await harness.store.get_run(harness.tenant_id, child.id)
+        # Rolled up once: this result and the state holding the sum are saved together, and a
+        # pass that dies before that save adds nothing that lasts.
+        req.state.usage += usage_of(child)
         return ToolResult(await report(harness, child, self.catalog.max_report_chars))
 
     async def _start(
@@ -263,6 +282,25 @@ async def child_of(harness: Harness, parent: uuid.UUID, call_id: str) -> RunReco
     """The child run answering tool call ``call_id`` of run ``parent``, or None."""
     children = await harness.store.child_runs(harness.tenant_id, parent)
     return next((c for c in children if c.parent_tool_call_id == call_id), None)
+
+
+async def ancestors(harness: Harness, run_id: uuid.UUID) -> int:
+    """How many runs above ``run_id`` delegated down to it (0: a top-level run)."""
+    depth = 0
+    run = await harness.store.get_run(harness.tenant_id, run_id)
+    while run.parent_run_id is not None and depth < MAX_NESTING:
+        depth += 1
+        run = await harness.store.get_run(harness.tenant_id, run.parent_run_id)
+    return depth
+
+
+def usage_of(child: RunRecord) -> Usage:
+    """The token usage the child run saved (zero for a state that does not hold one)."""
+    saved = child.state.get("usage") if isinstance(child.state, dict) else None
+    if not isinstance(saved, dict):
+        return Usage()
+    known = attrs.fields_dict(Usage)
+    return Usage(**{k: v for k, v in saved.items() if k in known and isinstance(v, int)})
 
 
 async def report(harness: Harness, child: RunRecord, limit: int) -> str:
