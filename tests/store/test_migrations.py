@@ -16,7 +16,14 @@ from hango.cli import main
 from hango.provider.messages import Message
 from hango.store import SchemaError, migrate, open_store
 
-HEAD = ["0001.base", "0002.run-state", "0003.run-queue", "0004.run-record", "0005.durability"]
+HEAD = [
+    "0001.base",
+    "0002.run-state",
+    "0003.run-queue",
+    "0004.run-record",
+    "0005.durability",
+    "0009.child-runs",
+]
 
 
 @pytest.fixture
