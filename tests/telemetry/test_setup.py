@@ -305,7 +305,6 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
     assert printed("execute_tool search  INTERNAL  ")
     stack = ",".join(
         (
-            "subagent",
             "repair_tool_calls",
             "todo",
             "repeat_call",
