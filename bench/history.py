@@ -60,7 +60,7 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango.provider.messages import Request, StopReason, ToolResultBlock, ToolUseBlock, Usage
-from hango.store import open_store
+from hango.store import RunSave, open_store
 from hango.testing import hango_executable
 
 HANGO = hango_executable()
@@ -171,13 +171,15 @@ async def history_costs(url: str, n: int, samples: int) -> tuple[list[float], li
         agent = await store.put_agent(tenant, "bench", {"name": "bench"})
         run = await store.create_run(tenant, agent.id, messages[0])
         version = await store.save_run(
-            tenant,
-            run.id,
-            version=run.version,
-            status=RunStatus.RUNNING,
-            state=state,
-            messages=messages[1:],
-            from_index=1,
+            RunSave(
+                tenant,
+                run.id,
+                version=run.version,
+                status=RunStatus.RUNNING,
+                state=state,
+                messages=messages[1:],
+                from_index=1,
+            )
         )
         loads, saves = [], []
         for _ in range(samples):
@@ -190,13 +192,15 @@ async def history_costs(url: str, n: int, samples: int) -> tuple[list[float], li
             extra = Message("assistant", (TextBlock(f"{ANSWER} {i}"),))
             start = time.perf_counter()
             version = await store.save_run(
-                tenant,
-                run.id,
-                version=version,
-                status=RunStatus.RUNNING,
-                state=state,
-                messages=[extra],
-                from_index=n,  # replaces the previous sample's message: the length stays n + 1
+                RunSave(
+                    tenant,
+                    run.id,
+                    version=version,
+                    status=RunStatus.RUNNING,
+                    state=state,
+                    messages=[extra],
+                    from_index=n,  # replaces the previous sample's message: the length stays n + 1
+                )
             )
             saves.append(time.perf_counter() - start)
         return loads, saves
@@ -211,13 +215,15 @@ async def run_with_answer(url: str, tenant: uuid.UUID, chars: int) -> uuid.UUID:
         run = await store.create_run(tenant, agent.id, Message.user("write it all"))
         text = ("word " * 12 + "\n") * (chars // 61)
         await store.save_run(
-            tenant,
-            run.id,
-            version=run.version,
-            status=RunStatus.COMPLETED,
-            state={},
-            messages=[Message("assistant", (TextBlock(text),))],
-            from_index=1,
+            RunSave(
+                tenant,
+                run.id,
+                version=run.version,
+                status=RunStatus.COMPLETED,
+                state={},
+                messages=[Message("assistant", (TextBlock(text),))],
+                from_index=1,
+            )
         )
         return run.id
 

@@ -49,7 +49,7 @@ import anyio
 from hango import AgentDefinition, Harness, Message, RunStatus, TextBlock
 from hango.agent.state import dump_state
 from hango.middleware import State, Todo
-from hango.store import RunStore, open_store
+from hango.store import RunSave, RunStore, open_store
 from hango.testing import hango_executable, scratch_database
 
 ROOT = Path(__file__).parents[1]
@@ -170,13 +170,15 @@ async def save_latencies(url: str, todos: int, saves: int) -> list[float]:
             messages.append(Message("assistant", (TextBlock(f"turn {i}: a short answer"),)))
             start = time.perf_counter()
             version = await store.save_run(
-                tenant,
-                run.id,
-                version=version,
-                status=RunStatus.RUNNING,
-                state=dump_state(state),
-                messages=messages[-1:],
-                from_index=len(messages) - 1,
+                RunSave(
+                    tenant,
+                    run.id,
+                    version=version,
+                    status=RunStatus.RUNNING,
+                    state=dump_state(state),
+                    messages=messages[-1:],
+                    from_index=len(messages) - 1,
+                )
             )
             out.append(time.perf_counter() - start)
         return out

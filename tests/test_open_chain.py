@@ -178,7 +178,7 @@ def repeat_threshold(tmp_path: Path, table: str, env: dict[str, str]) -> int:
     agent = AgentDefinition.from_file(agent_file(tmp_path, table))
     harness = Harness.__new__(Harness)  # only the stack: no store needed
     Harness.__init__(harness, None, settings=env)  # type: ignore[arg-type]
-    placements = harness._resolve(agent)
+    placements = harness.planner.new(agent).stack
     (repeat,) = [p.middleware for p in placements if p.name == "repeat_call"]
     return int(repeat.threshold)  # type: ignore[attr-defined]
 

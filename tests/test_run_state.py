@@ -14,6 +14,7 @@ import pytest
 from hango import RunStatus, ToolCallFinished, tool
 from hango.agent.state import dump_state, load_state
 from hango.middleware import State, load_private, store_private
+from hango.store import RunSave
 from hango.testing import RecordingModel, agent_harness
 from hango_repeat import RepeatCallMiddleware
 from hango_todo import TodoMiddleware
@@ -116,11 +117,13 @@ async def test_a_state_row_naming_another_run_is_refused(tmp_path: Path) -> None
         record = await h.store.get_run(h.tenant_id, other.id)
         # Copy the first run's saved state into the second run's row.
         await h.store.save_run(
-            h.tenant_id,
-            other.id,
-            version=record.version,
-            status=RunStatus.RUNNING,
-            state=(await h.store.get_run(h.tenant_id, first.run_id)).state,
+            RunSave(
+                h.tenant_id,
+                other.id,
+                version=record.version,
+                status=RunStatus.RUNNING,
+                state=(await h.store.get_run(h.tenant_id, first.run_id)).state,
+            )
         )
         finished = await h.execute(other.id)
         row = await h.store.get_run(h.tenant_id, other.id)

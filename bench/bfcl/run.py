@@ -64,7 +64,9 @@ DATA_DIR = Path(__file__).resolve().parents[1] / ".data" / "bfcl"
 class Stats:
     """What a bench run measured. Seconds are wall-clock (``time.perf_counter``).
 
-    ``run_seconds`` is the time inside ``Harness.start`` + ``execute``; ``api_seconds`` the part
+    ``run_seconds`` is the time inside ``Harness.start`` + ``execute`` (``run_cpu_seconds`` the
+    process CPU time spent there, every thread: on a shared machine other work stretches the
+    wall clock, hardly the CPU time); ``api_seconds`` the part
     of it spent inside API methods; ``window_seconds`` the time from each ``ToolCallStarted``
     to its ``ToolCallFinished`` event (stack, argument validation, the call, the checkpoint),
     ``window_save_seconds`` the checkpoints' share of it; ``save_seconds`` / ``saves`` all the
@@ -80,6 +82,7 @@ class Stats:
     direct_calls: int = 0
     wall_seconds: float = 0.0
     run_seconds: float = 0.0
+    run_cpu_seconds: float = 0.0
     api_seconds: float = 0.0
     window_seconds: float = 0.0
     window_save_seconds: float = 0.0
@@ -96,6 +99,11 @@ class Stats:
     def harness_per_call(self) -> float:
         """Seconds of hango time (run time less API time) per tool call."""
         return (self.run_seconds - self.api_seconds) / max(1, self.tool_calls)
+
+    @property
+    def harness_cpu_per_call(self) -> float:
+        """CPU seconds of hango (run CPU time less API time) per tool call."""
+        return (self.run_cpu_seconds - self.api_seconds) / max(1, self.tool_calls)
 
     @property
     def direct_per_call(self) -> float:
@@ -283,10 +291,11 @@ async def run_task(
     try:
         for turn, text in enumerate(task.turns):
             calls_before, api_before, logged = env.calls, env.api_seconds, len(env.log)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             run = await harness.start(agent_for(task, turn, registry), text, session_id=session)
             finished = await harness.execute(run.id, emit=timer)
             stats.run_seconds += time.perf_counter() - start
+            stats.run_cpu_seconds += time.process_time() - cpu
             stats.runs += 1
             stats.tool_calls += env.calls - calls_before
             stats.api_seconds += env.api_seconds - api_before
@@ -398,6 +407,9 @@ def report(stats: Stats, db: str, version: str) -> str:
         f"{stats.most_identical_calls})",
         f"harness time per tool call: {stats.harness_per_call * 1e3:.3f} ms "
         f"(run time {stats.run_seconds:.2f} s less API time {stats.api_seconds * 1e3:.1f} ms)",
+        f"harness CPU time per tool call: {stats.harness_cpu_per_call * 1e3:.3f} ms "
+        f"(process CPU time {stats.run_cpu_seconds:.2f} s less API time), "
+        f"saves per tool call: {stats.saves / max(1, stats.tool_calls):.2f}",
         f"per tool call{'':<37} {'time':>13}  {'/ direct':>9}",
         row("API method called directly", direct),
         row("hango call, start to finish event, API excl.", window),

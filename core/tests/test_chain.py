@@ -17,6 +17,7 @@ from hango.agent.definition import AgentDefinition
 from hango.agent.state import dump_state, load_state
 from hango.middleware import ModelHandler, ModelRequest, State, ToolCallRequest, ToolHandler
 from hango.provider.messages import Message, StopReason, ToolUseBlock, Usage
+from hango.store import RunSave
 from hango.store.sqlite import SqliteRunStore
 from hango.testing import RecordingModel, new_state
 from hango.tool import ToolRegistry, error_result
@@ -279,9 +280,11 @@ async def test_scratch_is_empty_at_every_batch_start_and_never_persisted(tmp_pat
     async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'h.db'}") as store:
         original_save = store.save_run
 
-        async def spy(*args: Any, **kwargs: Any) -> int:
-            state_docs.append(kwargs["state"])
-            return await original_save(*args, **kwargs)
+        async def spy(save: RunSave) -> int:
+            # The runner's saver hands the document over encoded.
+            doc = save.state
+            state_docs.append(json.loads(doc) if isinstance(doc, str) else doc)
+            return await original_save(save)
 
         store.save_run = spy  # type: ignore[method-assign]
         harness = Harness(

@@ -37,7 +37,7 @@ from hango.provider.events import (
     ToolUseStop,
 )
 from hango.provider.messages import Request, StopReason, ToolResultBlock, Usage
-from hango.store import RunStore, UnstorableContent, open_store
+from hango.store import RunSave, RunStore, UnstorableContent, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -305,13 +305,15 @@ async def big_run(url: str, tenant: uuid.UUID, body: str) -> uuid.UUID:
         a = await store.put_agent(tenant, "big", {"name": "big"})
         run = await store.create_run(tenant, a.id, Message.user("write a lot"))
         await store.save_run(
-            tenant,
-            run.id,
-            version=0,
-            status=RunStatus.COMPLETED,
-            state={},
-            messages=[Message("assistant", (TextBlock(body),))],
-            from_index=1,
+            RunSave(
+                tenant,
+                run.id,
+                version=0,
+                status=RunStatus.COMPLETED,
+                state={},
+                messages=[Message("assistant", (TextBlock(body),))],
+                from_index=1,
+            )
         )
     return run.id
 

@@ -8,7 +8,7 @@ import pytest
 
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message, StopReason, TextBlock, ToolResultBlock, ToolUseBlock
-from hango.store import NotFound, RunStore, SessionBusy, StaleVersion
+from hango.store import NotFound, RunSave, RunStore, SessionBusy, StaleVersion
 from hango.store.base import AgentRecord
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +59,7 @@ async def test_a_session_takes_one_active_run_at_a_time(store: RunStore, tenant:
     first = await store.create_run(tenant, a.id, Message.user("one"))
     with pytest.raises(SessionBusy):
         await store.create_run(tenant, a.id, Message.user("two"), session_id=first.session_id)
-    await store.save_run(tenant, first.id, version=0, status=RunStatus.COMPLETED, state={})
+    await store.save_run(RunSave(tenant, first.id, version=0, status=RunStatus.COMPLETED, state={}))
     second = await store.create_run(tenant, a.id, Message.user("two"), session_id=first.session_id)
     assert second.message_start == 1
     with pytest.raises(NotFound):
@@ -80,25 +80,29 @@ async def test_save_writes_status_state_and_messages_from_an_index(
     run = await store.create_run(tenant, a.id, Message.user("hi"))
     history = [Message.user("hi"), assistant_call("c1")]
     v1 = await store.save_run(
-        tenant,
-        run.id,
-        version=0,
-        status=RunStatus.RUNNING,
-        state={"todos": [{"content": "plan ✓", "status": "pending"}]},
-        messages=history[1:],
-        from_index=1,
+        RunSave(
+            tenant,
+            run.id,
+            version=0,
+            status=RunStatus.RUNNING,
+            state={"todos": [{"content": "plan ✓", "status": "pending"}]},
+            messages=history[1:],
+            from_index=1,
+        )
     )
     result = Message("user", (ToolResultBlock("c1", "found", is_error=True),))
     final = Message("assistant", (TextBlock("done"),))
     v2 = await store.save_run(
-        tenant,
-        run.id,
-        version=v1,
-        status=RunStatus.COMPLETED,
-        state={"n": 1},
-        messages=[result, final],
-        from_index=2,
-        stop_reason=StopReason.END_TURN,
+        RunSave(
+            tenant,
+            run.id,
+            version=v1,
+            status=RunStatus.COMPLETED,
+            state={"n": 1},
+            messages=[result, final],
+            from_index=2,
+            stop_reason=StopReason.END_TURN,
+        )
     )
     assert (v1, v2) == (1, 2)
     saved = await store.get_run(tenant, run.id)
@@ -114,13 +118,15 @@ async def test_save_writes_status_state_and_messages_from_an_index(
     assert await store.load_message(tenant, run.session_id, 4) is None
     # Replacing from an earlier index drops what came after it.
     await store.save_run(
-        tenant,
-        run.id,
-        version=v2,
-        status=RunStatus.COMPLETED,
-        state=None,
-        messages=[assistant_call("c9", "again")],
-        from_index=1,
+        RunSave(
+            tenant,
+            run.id,
+            version=v2,
+            status=RunStatus.COMPLETED,
+            state=None,
+            messages=[assistant_call("c9", "again")],
+            from_index=1,
+        )
     )
     assert await store.load_messages(tenant, run.session_id) == [
         Message.user("hi"),
@@ -134,18 +140,22 @@ async def test_a_stale_version_save_is_rejected_and_writes_nothing(
 ) -> None:
     a = await agent(store, tenant)
     run = await store.create_run(tenant, a.id, Message.user("hi"))
-    await store.save_run(tenant, run.id, version=0, status=RunStatus.RUNNING, state={"mine": 1})
+    await store.save_run(
+        RunSave(tenant, run.id, version=0, status=RunStatus.RUNNING, state={"mine": 1})
+    )
     before = await store.get_run(tenant, run.id)
     with pytest.raises(StaleVersion, match="version 0 but the stored version is 1"):
         await store.save_run(
-            tenant,
-            run.id,
-            version=0,
-            status=RunStatus.FAILED,
-            state={"theirs": 1},
-            messages=[assistant_call("x")],
-            from_index=1,
-            error="late writer",
+            RunSave(
+                tenant,
+                run.id,
+                version=0,
+                status=RunStatus.FAILED,
+                state={"theirs": 1},
+                messages=[assistant_call("x")],
+                from_index=1,
+                error="late writer",
+            )
         )
     assert await store.get_run(tenant, run.id) == before
     assert await store.load_messages(tenant, run.session_id) == [Message.user("hi")]
@@ -160,7 +170,9 @@ async def test_another_tenant_sees_nothing(store: RunStore, tenant: uuid.UUID) -
     with pytest.raises(NotFound):
         await store.get_agent(intruder, a.id)
     with pytest.raises(NotFound):
-        await store.save_run(intruder, run.id, version=0, status=RunStatus.FAILED, state={})
+        await store.save_run(
+            RunSave(intruder, run.id, version=0, status=RunStatus.FAILED, state={})
+        )
     with pytest.raises(NotFound):
         await store.create_run(intruder, a.id, Message.user("x"), session_id=run.session_id)
     assert await store.list_runs(intruder) == []

@@ -19,7 +19,7 @@ from psycopg_pool import PoolTimeout
 
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message, TextBlock
-from hango.store import StoreRetryPolicy, StoreUnavailable
+from hango.store import RunSave, StoreRetryPolicy, StoreUnavailable
 from hango.store.base import RunRecord
 from hango.store.postgres import PostgresRunStore, is_transient
 
@@ -89,13 +89,15 @@ async def test_a_save_whose_connection_is_terminated_mid_statement_is_retried_an
             async def save() -> None:
                 saved.append(
                     await pg.save_run(
-                        tenant,
-                        run.id,
-                        version=run.version,
-                        status=RunStatus.COMPLETED,
-                        state={"todos": []},
-                        messages=ANSWER,
-                        from_index=1,
+                        RunSave(
+                            tenant,
+                            run.id,
+                            version=run.version,
+                            status=RunStatus.COMPLETED,
+                            state={"todos": []},
+                            messages=ANSWER,
+                            from_index=1,
+                        )
                     )
                 )
 
@@ -178,13 +180,15 @@ async def test_a_save_whose_connection_died_after_commit_knows_it_was_applied(
     (run,) = await queued(pg, tenant)
     with dying(pg, "WITH run AS") as fault:
         version = await pg.save_run(
-            tenant,
-            run.id,
-            version=run.version,
-            status=RunStatus.COMPLETED,
-            state={},
-            messages=ANSWER,
-            from_index=1,
+            RunSave(
+                tenant,
+                run.id,
+                version=run.version,
+                status=RunStatus.COMPLETED,
+                state={},
+                messages=ANSWER,
+                from_index=1,
+            )
         )
     assert fault.fired
     done = await pg.get_run(tenant, run.id)
@@ -222,7 +226,7 @@ async def test_a_new_run_whose_connection_died_after_commit_is_created_once(
 ) -> None:
     a = await pg.put_agent(tenant, "test", {"name": "test"})
     first = await pg.create_run(tenant, a.id, Message.user("one"))
-    await pg.save_run(tenant, first.id, version=0, status=RunStatus.COMPLETED, state={})
+    await pg.save_run(RunSave(tenant, first.id, version=0, status=RunStatus.COMPLETED, state={}))
     with dying(pg, "INSERT INTO runs") as fault:
         second = await pg.create_run(tenant, a.id, Message.user("two"), session_id=first.session_id)
     assert fault.fired

@@ -12,7 +12,7 @@ import pytest
 
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message, TextBlock
-from hango.store import LeaseLost, RunStore, StaleVersion
+from hango.store import LeaseLost, RunSave, RunStore, StaleVersion
 from hango.store.base import Lease, RunRecord
 
 pytestmark = pytest.mark.anyio
@@ -53,24 +53,30 @@ async def test_a_save_under_a_lost_lease_writes_nothing_whatever_version_it_carr
     # The old holder even read the current version (as Worker._fail used to): still fenced.
     with pytest.raises(LeaseLost, match="the lease of old is lost"):
         await store.save_run(
-            tenant,
-            run.id,
-            version=taken.version,
-            status=RunStatus.FAILED,
-            state=None,
-            error="stale worker",
-            lease=old,
+            RunSave(
+                tenant,
+                run.id,
+                version=taken.version,
+                status=RunStatus.FAILED,
+                state=None,
+                error="stale worker",
+                lease=old,
+            )
         )
     assert await store.get_run(tenant, run.id) == taken
     # The holder's own saves go through, and after its release nobody's lease works.
     version = await store.save_run(
-        tenant, run.id, version=taken.version, status=RunStatus.COMPLETED, state={}, lease=new
+        RunSave(
+            tenant, run.id, version=taken.version, status=RunStatus.COMPLETED, state={}, lease=new
+        )
     )
     assert await store.release_run(new) is True
     done = await store.get_run(tenant, run.id)
     with pytest.raises(LeaseLost):
         await store.save_run(
-            tenant, run.id, version=version + 1, status=RunStatus.FAILED, state={}, lease=new
+            RunSave(
+                tenant, run.id, version=version + 1, status=RunStatus.FAILED, state={}, lease=new
+            )
         )
     assert await store.get_run(tenant, run.id) == done
     assert done.status is RunStatus.COMPLETED
@@ -81,9 +87,11 @@ async def test_without_a_lease_only_the_version_fences_a_save(
 ) -> None:
     a = await store.put_agent(tenant, "test", {"name": "test"})
     run = await store.create_run(tenant, a.id, Message.user("foreground"))
-    version = await store.save_run(tenant, run.id, version=0, status=RunStatus.RUNNING, state={})
+    version = await store.save_run(
+        RunSave(tenant, run.id, version=0, status=RunStatus.RUNNING, state={})
+    )
     with pytest.raises(StaleVersion):
-        await store.save_run(tenant, run.id, version=0, status=RunStatus.RUNNING, state={})
+        await store.save_run(RunSave(tenant, run.id, version=0, status=RunStatus.RUNNING, state={}))
     assert (await store.get_run(tenant, run.id)).version == version
 
 
@@ -101,7 +109,7 @@ async def test_a_hand_back_does_not_count_as_an_attempt_a_lost_lease_does(
         current = (await store.get_run(tenant, run.id)).version
         # What the Harness saves when a stop request ends the run at a turn boundary.
         await store.save_run(
-            tenant, run.id, version=current, status=RunStatus.QUEUED, state={}, lease=lease
+            RunSave(tenant, run.id, version=current, status=RunStatus.QUEUED, state={}, lease=lease)
         )
         assert await store.release_run(lease) is True
         back = await store.get_run(tenant, run.id)
@@ -115,7 +123,7 @@ async def test_a_run_being_handed_back_is_not_claimed_until_released(
     lease = await claim(store, tenant, "stopping")
     current = (await store.get_run(tenant, run.id)).version
     await store.save_run(
-        tenant, run.id, version=current, status=RunStatus.QUEUED, state={}, lease=lease
+        RunSave(tenant, run.id, version=current, status=RunStatus.QUEUED, state={}, lease=lease)
     )
     # Saved as queued, not yet released: another claim would count the hand-back as a crash.
     assert await store.claim_run(tenant, "other", lease_seconds=60) is None
@@ -132,14 +140,16 @@ async def test_a_finished_run_keeps_its_count_on_release(
     current = (await store.get_run(tenant, run.id)).version
     messages = [Message("assistant", (TextBlock("done"),))]
     await store.save_run(
-        tenant,
-        run.id,
-        version=current,
-        status=RunStatus.COMPLETED,
-        state={},
-        messages=messages,
-        from_index=1,
-        lease=lease,
+        RunSave(
+            tenant,
+            run.id,
+            version=current,
+            status=RunStatus.COMPLETED,
+            state={},
+            messages=messages,
+            from_index=1,
+            lease=lease,
+        )
     )
     assert await store.release_run(lease) is True
     done = await store.get_run(tenant, run.id)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hango.agent.events import RunStatus
 from hango.cli import main
 from hango.provider.messages import Message
-from hango.store import SchemaError, migrate, open_store
+from hango.store import RunSave, SchemaError, migrate, open_store
 
 HEAD = [
     "0001.base",
@@ -86,7 +86,9 @@ async def test_downgrading_run_state_drops_state_json_and_upgrading_restores_it(
     async with await open_store(empty_url) as store:
         a = await store.put_agent(tenant, "test", {"name": "test"})
         run = await store.create_run(tenant, a.id, Message.user("keep me"))
-        await store.save_run(tenant, run.id, version=0, status=RunStatus.RUNNING, state={"x": 1})
+        await store.save_run(
+            RunSave(tenant, run.id, version=0, status=RunStatus.RUNNING, state={"x": 1})
+        )
     queue_columns = {"lease_owner", "lease_token", "lease_expires_at", "attempts"}
     assert {"state_json"} | queue_columns <= columns()
 
@@ -163,7 +165,7 @@ async def test_downgrading_the_run_record_keeps_runs_and_makes_suspended_ones_re
         run = await store.create_run(tenant, a.id, Message.user("wait"), config=config)
         assert (await store.get_run(tenant, run.id)).config == config
         await store.save_run(
-            tenant, run.id, version=0, status=RunStatus.SUSPENDED, state={"version": 1}
+            RunSave(tenant, run.id, version=0, status=RunStatus.SUSPENDED, state={"version": 1})
         )
     newer = HEAD[HEAD.index("0004.run-record") :]
     assert migrate.downgrade(empty_url, steps=len(newer)) == newer[::-1]

@@ -9,7 +9,7 @@ import pytest
 
 from hango.agent.events import RunStatus
 from hango.provider.messages import Message
-from hango.store import LeaseLost, RunStore, StaleVersion, open_store
+from hango.store import LeaseLost, RunSave, RunStore, StaleVersion, open_store
 from hango.store.base import RunRecord
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +47,7 @@ async def test_runs_without_a_lease_or_finished_are_never_claimed(
     # `hango run` in a terminal: running, no lease. Claiming it would run it twice.
     await store.create_run(tenant, a.id, Message.user("foreground"))
     done = await store.create_run(tenant, a.id, Message.user("done"), status=RunStatus.QUEUED)
-    await store.save_run(tenant, done.id, version=0, status=RunStatus.COMPLETED, state={})
+    await store.save_run(RunSave(tenant, done.id, version=0, status=RunStatus.COMPLETED, state={}))
     assert await store.claim_run(tenant, "w", lease_seconds=30) is None
 
 
@@ -68,7 +68,9 @@ async def test_an_expired_lease_is_reclaimed_and_its_old_holder_is_fenced_off(
         await store.renew_lease(old)
     with pytest.raises(StaleVersion):
         await store.save_run(
-            tenant, run.id, version=old_version, status=RunStatus.COMPLETED, state={"old": 1}
+            RunSave(
+                tenant, run.id, version=old_version, status=RunStatus.COMPLETED, state={"old": 1}
+            )
         )
     assert await store.release_run(old) is False
     assert await store.get_run(tenant, run.id) == taken  # the old holder wrote nothing
@@ -100,7 +102,9 @@ async def test_release_puts_an_unfinished_run_back_and_leaves_a_finished_one(
     second = await store.claim_run(tenant, "w", lease_seconds=30)
     assert first is not None and second is not None
     version = (await store.get_run(tenant, finished.id)).version
-    await store.save_run(tenant, finished.id, version=version, status=RunStatus.COMPLETED, state={})
+    await store.save_run(
+        RunSave(tenant, finished.id, version=version, status=RunStatus.COMPLETED, state={})
+    )
 
     assert await store.release_run(first) is True
     assert await store.release_run(second) is True
@@ -122,7 +126,9 @@ async def test_a_worker_killed_after_saving_cancelled_does_not_strand_its_run(
     assert lease is not None
     version = (await store.get_run(tenant, run.id)).version
     # The Harness saves a cancelled run as cancelled; the worker died before releasing it.
-    await store.save_run(tenant, run.id, version=version, status=RunStatus.CANCELLED, state={})
+    await store.save_run(
+        RunSave(tenant, run.id, version=version, status=RunStatus.CANCELLED, state={})
+    )
     await anyio.sleep(0.3)
     again = await store.claim_run(tenant, "w2", lease_seconds=30)
     assert again is not None and again.run_id == run.id

@@ -46,7 +46,14 @@ from hango.middleware import (
 )
 from hango.plugins import make_plugin_manager
 from hango.run.worker import Worker
-from hango.store import RunStore, StoreError, StoreRetryPolicy, StoreUnavailable, open_store
+from hango.store import (
+    RunSave,
+    RunStore,
+    StoreError,
+    StoreRetryPolicy,
+    StoreUnavailable,
+    open_store,
+)
 from hango.store.base import RunRecord
 from hango.store.postgres import PostgresRunStore
 
@@ -163,7 +170,7 @@ async def test_a_state_postgres_cannot_store_fails_the_save_clearly(
     run = await store.create_run(tenant, a.id, Message.user("go"))
     with pytest.raises(StoreError, match=r"NUL character"):
         await store.save_run(
-            tenant, run.id, version=0, status=RunStatus.RUNNING, state={"todo": "a\x00b"}
+            RunSave(tenant, run.id, version=0, status=RunStatus.RUNNING, state={"todo": "a\x00b"})
         )
     assert (await store.get_run(tenant, run.id)).version == 0
 
@@ -595,7 +602,7 @@ async def test_a_worker_that_lost_its_lease_does_not_fail_the_run_it_finds_compl
     assert other is not None and other.run_id == run.id
     version = (await store.get_run(tenant, run.id)).version
     await store.save_run(
-        tenant, run.id, version=version, status=RunStatus.COMPLETED, state={}, lease=other
+        RunSave(tenant, run.id, version=version, status=RunStatus.COMPLETED, state={}, lease=other)
     )
     assert await store.release_run(other)
     completed = await store.get_run(tenant, run.id)
@@ -706,7 +713,9 @@ async def test_a_save_the_database_could_not_take_stops_the_run_without_failing_
         executed.append(label)
         return f"{label} done"
 
-    flaky = OneSaveUnavailable(store, nth=4)  # the save of the first tool result
+    # The save of the first tool result (saves: the run's first, after before_run; the model's
+    # message; the result).
+    flaky = OneSaveUnavailable(store, nth=3)
     harness = Harness(
         flaky,  # type: ignore[arg-type]
         tenant_id=tenant,

@@ -253,10 +253,16 @@ def json_value(value: Any, path: str = "$") -> Any:
                     f"{path}: dict key {key!r} ({type(key).__name__}) is not a string "
                     "(JSON object keys are strings)"
                 )
-            out[key] = json_value(item, f"{path}.{key}")
+            # Strings and ints inline: a path is formatted only for what may hold an error,
+            # which keeps large flat values (counts by key) cheap.
+            t = type(item)
+            out[key] = item if t is str or t is int else json_value(item, f"{path}.{key}")
         return out
     if kind is list or kind is tuple:
-        return [json_value(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [
+            item if type(item) is str or type(item) is int else json_value(item, f"{path}[{i}]")
+            for i, item in enumerate(value)
+        ]
     if isinstance(value, enum.Enum):  # a (str, Enum) mixin unstructures as itself
         return json_value(value.value, path)
     raise ValueError(f"{path}: {type(value).__name__} {_short(value)} is not a JSON value")

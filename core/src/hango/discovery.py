@@ -210,10 +210,15 @@ def option_schemas(plugins: PluginManager) -> dict[str, tuple[Mapping[str, Any],
 
 
 def check_options(
-    options: Mapping[str, Any], plugins: PluginManager, *, source: str = "agent"
+    options: Mapping[str, Any],
+    plugins: PluginManager,
+    *,
+    source: str = "agent",
+    schemas: Mapping[str, tuple[Mapping[str, Any], str]] | None = None,
 ) -> None:
     """Validate the agent's ``[options.<name>]`` tables against each plugin's JSON Schema
-    (draft 2020-12, the library agent files use).
+    (draft 2020-12, the library agent files use). ``schemas`` is ``option_schemas(plugins)``
+    when the caller already has it (a planner reads it once per plugin manager).
 
     Raises ``ConfigError`` naming ``source``, the table and the field: a table for a middleware
     that declares no options (or that no installed plugin provides), or a value the schema
@@ -221,7 +226,8 @@ def check_options(
     """
     if not options:
         return
-    schemas = option_schemas(plugins)
+    if schemas is None:
+        schemas = option_schemas(plugins)
     for name, table in options.items():
         if name not in schemas:
             known = ", ".join(sorted(schemas)) or "none"

@@ -188,6 +188,41 @@ async def test_counts_are_private_state_and_survive_the_state_document() -> None
     assert len(run.calls) == 2
 
 
+@pytest.mark.anyio
+async def test_many_distinct_calls_load_the_counts_once_and_never_change_a_stored_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads: list[str] = []
+    real = hango_repeat.middleware.load_private
+
+    def counted(state: State, name: str, cls: Any, default: Any = None) -> Any:
+        loads.append(name)
+        return real(state, name, cls, default)
+
+    monkeypatch.setattr(hango_repeat.middleware, "load_private", counted)
+    mw, state, run = RepeatCallMiddleware(), new_state(), Executions()
+    stored = []
+    for i in range(200):
+        await call(mw, state, "f", {"i": i}, run)
+        stored.append(state.private["repeat_call"])
+    # Loaded (converted) once, for the first call; every later call read the counts it wrote.
+    assert loads == ["repeat_call"]
+    # Copy on count: each value, once stored, stays as it was (a checkpoint may hold it).
+    sizes = [len(v["counts"]) + len(v.get("settled", {})) for v in stored]  # type: ignore[union-attr]
+    assert sizes == list(range(1, 201))
+    # The big part is replaced only when the small one is folded into it: a checkpoint
+    # re-encodes the small one in between (at most FOLD_AT keys here).
+    bigs = {id(v.get("settled")) for v in stored}  # type: ignore[union-attr]
+    assert len(bigs) <= 200 // hango_repeat.middleware.FOLD_AT + 1
+    assert all(len(v["counts"]) <= hango_repeat.middleware.FOLD_AT for v in stored)  # type: ignore[index]
+    # A value another writer put there (a resumed state, an undone call) is loaded again.
+    state.private["repeat_call"] = dict(state.private["repeat_call"])  # type: ignore[arg-type]
+    assert (await call(mw, state, "f", {"i": 0}, run)).is_error is False
+    assert (await call(mw, state, "f", {"i": 0}, run)).is_error
+    assert loads == ["repeat_call", "repeat_call"]
+    assert load_private(state, "repeat_call", RepeatCounts)[0].of(call_key("f", {"i": 0})) == 3
+
+
 class Interrupted(BaseException):
     """Stands for the cancellation that is the only thing the innermost handler lets through."""
 

@@ -257,8 +257,15 @@ class AgentDefinition:
     def system_blocks(self) -> tuple[TextBlock, ...]:
         return tuple(TextBlock(text) for text in self.system)
 
-    def build_model(self, spec: str | None = None, base_url: str | None = None) -> Model:
-        """The agent's model, or the one named by ``spec`` (``--model``) instead.
+    def build_model(
+        self,
+        spec: str | None = None,
+        base_url: str | None = None,
+        *,
+        settings: Mapping[str, str] | None = None,
+    ) -> Model:
+        """The agent's model, or the one named by ``spec`` (``--model``) instead; a provider
+        reads its ``HANGO_*`` settings from ``settings`` (default: the environment).
 
         Raises ``ModelSpecError`` for a bad spec, ``AgentFileError`` for a Model object that
         another process stored (``in-process:``)."""
@@ -271,7 +278,10 @@ class AgentDefinition:
                 "process that holds it can run this agent (or choose a model spec)"
             )
         return model_from_spec(
-            chosen, base_dir=Path(self.base_dir), base_url=base_url or self.base_url
+            chosen,
+            base_dir=Path(self.base_dir),
+            base_url=base_url or self.base_url,
+            settings=settings,
         )
 
     def load_tools(self) -> ToolRegistry:

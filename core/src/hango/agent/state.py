@@ -16,6 +16,7 @@ plan); a middleware's private value belongs to the run, unless the middleware's 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, Literal, TypeVar
@@ -161,13 +162,20 @@ def dump_state(state: State) -> dict[str, JSON]:
     ``StateError`` naming the middleware when a private value is not JSON (written to
     ``State.private`` directly instead of through ``store_private``).
     """
-    private: dict[str, JSON] = {}
-    for name, raw in state.private.items():
-        try:
-            private[name] = json_value(raw)
-        except (ValueError, RecursionError) as exc:
-            path, _, detail = str(exc).partition(": ")
-            raise StateError(name, path or "$", detail, problem="cannot be stored") from exc
+    private = {name: _checked(name, raw) for name, raw in state.private.items()}
+    return {**_head(state), "private": private, **_tail(state)}
+
+
+def _checked(name: str, raw: JSON) -> JSON:
+    try:
+        return json_value(raw)
+    except (ValueError, RecursionError) as exc:
+        path, _, detail = str(exc).partition(": ")
+        raise StateError(name, path or "$", detail, problem="cannot be stored") from exc
+
+
+# The document around ``private``, in its key order: what comes before it and after it.
+def _head(state: State) -> dict[str, JSON]:
     return {
         "version": STATE_VERSION,
         "run_id": str(state.run_id),
@@ -175,10 +183,99 @@ def dump_state(state: State) -> dict[str, JSON]:
         "agent_id": str(state.agent_id),
         "tenant_id": str(state.tenant_id),
         "todos": [{"content": t.content, "status": t.status} for t in state.todos],
-        "private": private,
+    }
+
+
+def _tail(state: State) -> dict[str, JSON]:
+    return {
         "usage": CONVERTER.unstructure(state.usage),
         "interrupts": CONVERTER.unstructure(state.interrupts),
     }
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+#: A private value that is an object of at most this many keys is encoded key by key, each
+#: part kept while it is the same object: a middleware that keeps a large, rarely replaced part
+#: beside a small changing one (hango-repeat's counts) pays for the small one only.
+_PARTS = 16
+
+
+class StateEncoder:
+    """``dump_state`` of one run's state as compact JSON text, made again at every save.
+
+    A private value that is the same object as at the last ``encode`` keeps its text: values
+    are replaced by ``store_private``, never mutated in place (``_Undo`` in the loop relies on
+    it too), so a run whose middlewares keep large values pays for a value only when it
+    changes; a value that is an object of at most ``_PARTS`` keys is kept part by part the same
+    way. A changed part is encoded by ``json`` and checked by reading it back (C speed); only
+    one that does not read back as itself (a tuple, a key that is not a string) goes through
+    ``json_value``, which names the path of what is not JSON.
+    """
+
+    def __init__(self) -> None:
+        # name -> (the value as last encoded, held so its id is not reused; its text; its
+        # parts by key when encoded part by part)
+        self._private: dict[str, _Encoded] = {}
+
+    def encode(self, state: State) -> str | dict[str, JSON]:
+        """The document as text; or, when its fixed part holds something ``json`` refuses
+        (a non-finite number), the ``dump_state`` dict, so the store raises its
+        ``UnstorableContent``. Raises ``StateError`` as ``dump_state``."""
+        texts: dict[str, _Encoded] = {}
+        for name, raw in state.private.items():
+            known = self._private.get(name)
+            if known is not None and known.value is raw:
+                texts[name] = known
+            else:
+                texts[name] = _encoded(name, raw, known)
+        try:
+            head, tail = _compact(_head(state)), _compact(_tail(state))
+        except ValueError:
+            return dump_state(state)
+        self._private = texts
+        private = ",".join(f"{_compact(name)}:{e.text}" for name, e in texts.items())
+        return f'{head[:-1]},"private":{{{private}}},{tail[1:]}'
+
+
+@frozen
+class _Encoded:
+    value: JSON
+    text: str
+    parts: dict[str, tuple[JSON, str]] | None = None
+
+
+def _encoded(name: str, raw: JSON, known: _Encoded | None) -> _Encoded:
+    if type(raw) is dict and len(raw) <= _PARTS and all(type(k) is str for k in raw):
+        before = {} if known is None or known.parts is None else known.parts
+        parts: dict[str, tuple[JSON, str]] = {}
+        for key, item in raw.items():
+            old = before.get(key)
+            if old is not None and old[0] is item:
+                parts[key] = old
+                continue
+            part = _text(item)
+            if part is None:
+                break  # not JSON as it is: the whole value is checked below, naming the path
+            parts[key] = (item, part)
+        else:
+            body = ",".join(f"{_compact(k)}:{text}" for k, (_, text) in parts.items())
+            return _Encoded(raw, f"{{{body}}}", parts)
+    text = _text(raw)
+    return _Encoded(raw, text if text is not None else _compact(_checked(name, raw)))
+
+
+def _text(value: JSON) -> str | None:
+    """``value``'s compact JSON if it reads back as itself, else None."""
+    try:
+        text = _compact(value)
+        if json.loads(text) == value:
+            return text
+    except (ValueError, TypeError, RecursionError):
+        pass
+    return None
 
 
 def _add_interrupts(doc: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from hango.agent.interrupts.decide import DecisionRefused, record_decisions
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.interrupts.trace import decided
 from hango.agent.state import dump_state, load_state
-from hango.store.base import RunRecord, RunStore, StaleVersion
+from hango.store.base import RunRecord, RunSave, RunStore, StaleVersion
 from hango.tool.registry import ToolRegistry
 
 
@@ -100,12 +100,14 @@ async def decide_run(
         document = dump_state(state)
         try:
             version = await store.save_run(
-                tenant_id,
-                run_id,
-                version=run.version,
-                status=status,
-                state=document,
-                stop_reason=run.stop_reason,
+                RunSave(
+                    tenant_id,
+                    run_id,
+                    version=run.version,
+                    status=status,
+                    state=document,
+                    stop_reason=run.stop_reason,
+                )
             )
         except StaleVersion:
             raise DecisionRefused(

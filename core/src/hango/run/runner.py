@@ -31,15 +31,12 @@ from hango.agent.events import Event, RunFinished, RunStarted, RunStatus
 from hango.agent.interrupts.records import Decision, Interrupt, PendingAction, misplaced
 from hango.agent.loop import LoopOutcome, LoopSettings, run_loop
 from hango.agent.middleware import Middleware, ToolChecker
-from hango.agent.stack import IN_PROCESS, Placement, in_process
 from hango.agent.state import (
     State,
     StateError,
-    dump_state,
     load_run_state,
     load_state,
     new_run_state,
-    session_scoped,
 )
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS
 from hango.config import (
@@ -50,35 +47,29 @@ from hango.config import (
     hango_settings,
     int_setting,
 )
-from hango.discovery import check_options, discover, resolve_stack
 from hango.plugins import PluginManager, make_plugin_manager
 from hango.provider.errors import ModelError
-from hango.provider.messages import JSON, Message, StopReason, Usage
+from hango.provider.messages import JSON, Message, Usage
 from hango.provider.model import Model
 from hango.run.decide import Decided, decide_run
+from hango.run.plan import Planner, RunNotResumable, RunPlan, StackFactory
+from hango.run.saver import Saver
 from hango.store.base import (
     Lease,
     LeaseLost,
     RunRecord,
     RunStore,
     StaleVersion,
-    StoreError,
     StoreUnavailable,
     UnstorableContent,
 )
 from hango.tool.registry import ToolRegistry
 
-StackFactory = Callable[[StackConfig], Sequence[Middleware]]
+__all__ = ["AllowlistWarning", "Harness", "RunNotResumable", "StackFactory"]
 
 
 class AllowlistWarning(HangoWarning):
     """An agent's ``tool_allowlist`` names a tool that nothing provides."""
-
-
-class RunNotResumable(StoreError):
-    """The run cannot be continued here, and nothing was written: it has completed, or it
-    needs what this process lacks (a plugin's distribution, an object given in Python). The
-    message says which."""
 
 
 async def _discard(_: Event) -> None:
@@ -111,6 +102,9 @@ class Harness:
 
     A run records what it started with (its stack, with each middleware's distribution and
     version, and its model spec); ``execute`` rebuilds exactly that, whichever process runs it.
+    Each run is planned once (``hango.run.plan``): ``start`` makes its ``RunPlan`` and an
+    ``execute`` of that run in this harness uses it; a run continued here otherwise (resume,
+    a worker) gets one plan per ``execute``.
     """
 
     def __init__(
@@ -128,21 +122,82 @@ class Harness:
         settings: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
-        self.tools = tools
         self.tenant_id = tenant_id
-        self.model = model
-        self.model_spec = model_spec
-        self.base_url = base_url
-        self.middleware = tuple(middleware)
-        self.settings = dict(hango_settings() if settings is None else settings)
+        self._plugins = plugins
+        # The harness's model, tools, middleware and settings live in its planner, which
+        # makes every plan from them (setting one here changes the next plan).
+        self.planner = Planner(
+            settings=dict(hango_settings() if settings is None else settings),
+            plugins=lambda: self.plugins,
+            middleware=middleware,
+            stack=stack,
+            tools=tools,
+            model=model,
+            model_spec=model_spec,
+            base_url=base_url,
+        )
         self.max_result_chars = int_setting(
             self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
         )
-        self._custom_stack = stack
-        self._plugins = plugins
         # Agents holding Python objects, by the id of a run started here: only this process
         # can continue those runs.
         self._live: dict[uuid.UUID, AgentDefinition] = {}
+        # Plans made here for runs to execute here next (start, decide): execute takes them.
+        self._planned: dict[uuid.UUID, RunPlan] = {}
+
+    @property
+    def settings(self) -> Mapping[str, str]:
+        """The ``HANGO_*`` settings every run of this harness reads."""
+        return self.planner.settings
+
+    @settings.setter
+    def settings(self, value: Mapping[str, str]) -> None:
+        self.planner.settings = value
+
+    @property
+    def model(self) -> Model | None:
+        """The model object overriding every agent's, or None."""
+        return self.planner.model
+
+    @model.setter
+    def model(self, value: Model | None) -> None:
+        self.planner.model = value
+
+    @property
+    def model_spec(self) -> str | None:
+        """The model spec overriding every agent's (``--model``), or None."""
+        return self.planner.model_spec
+
+    @model_spec.setter
+    def model_spec(self, value: str | None) -> None:
+        self.planner.model_spec = value
+
+    @property
+    def base_url(self) -> str | None:
+        """The base URL going with ``model_spec``, or None."""
+        return self.planner.base_url
+
+    @base_url.setter
+    def base_url(self, value: str | None) -> None:
+        self.planner.base_url = value
+
+    @property
+    def tools(self) -> ToolRegistry | None:
+        """The tools replacing the agents' own, or None."""
+        return self.planner.tools
+
+    @tools.setter
+    def tools(self, value: ToolRegistry | None) -> None:
+        self.planner.tools = value
+
+    @property
+    def middleware(self) -> tuple[Middleware, ...]:
+        """Middleware objects for every agent's ``agent`` slot."""
+        return self.planner.middleware
+
+    @middleware.setter
+    def middleware(self, value: Sequence[Middleware]) -> None:
+        self.planner.middleware = tuple(value)
 
     @property
     def plugins(self) -> PluginManager:
@@ -171,9 +226,8 @@ class Harness:
         setting is invalid, or a run to queue has an agent holding Python objects) or
         ``PluginError``.
         """
-        registry = self.tools if self.tools is not None else agent.load_tools()
-        placements = self._resolve(agent)
-        _check_tools(agent, registry, self._chain(placements))
+        plan = self.planner.new(agent)
+        _check_tools(agent, plan.tools, plan.chain)
         if status is RunStatus.QUEUED and not agent.portable:
             # A worker rebuilds the agent from its stored JSON, which cannot hold the objects.
             # (Middleware objects given to the Harness are fine: only workers whose Harness
@@ -191,84 +245,34 @@ class Harness:
             Message.user(message),
             session_id=session_id,
             status=status,
-            config={
-                "stack": [p.record() for p in placements],
-                "model": self.model_spec or agent.model_spec,
-                "base_url": self.base_url or agent.base_url,
-                # Started for workers: a decision puts it back on the queue (hango resume).
-                "queued": status is RunStatus.QUEUED,
-            },
+            # Started for workers: a decision puts it back on the queue (hango resume).
+            config={**plan.record(), "queued": status is RunStatus.QUEUED},
             parent_run_id=parent_run_id,
             parent_tool_call_id=parent_tool_call_id,
         )
         if not agent.portable:
             self._live[run.id] = agent
+        if status is RunStatus.RUNNING:
+            self._planned[run.id] = plan
         return run
 
     def stack_config(self, agent: AgentDefinition) -> StackConfig:
         """What plugins build a run's middlewares from; the agent's ``[options.*]`` tables are
         validated here (``ConfigError`` naming the table and field)."""
-        source = agent.label
-        check_options(agent.options, self.plugins, source=source)
-        allowlist = agent.tool_allowlist
-        return StackConfig(
-            tool_allowlist=None if allowlist is None else frozenset(allowlist),
-            settings=self.settings,
-            agent_middleware=agent.middleware_names,
-            middleware_options=agent.options,
-            source=source,
-            base_dir=agent.base_dir,
-        )
+        return self.planner.stack_config(agent)
 
     def installed_middleware(self) -> frozenset[str]:
         """The middleware names this harness can build: what the installed plugins provide,
         and the objects it was given. A worker claims only runs whose stack is within it."""
-        if self._custom_stack is not None:
-            config = StackConfig(settings=self.settings)
-            return frozenset(m.name for m in self._custom_stack(config))
-        provided = discover(StackConfig(settings=self.settings), self.plugins)
-        return frozenset({p.name for p in provided} | {m.name for m in self.middleware})
+        return self.planner.installed()
 
-    def _resolve(self, agent: AgentDefinition) -> list[Placement]:
-        """The stack for a new run of ``agent``, in chain order."""
-        config = self.stack_config(agent)
-        if self._custom_stack is not None:
-            return [in_process(m) for m in self._custom_stack(config)]
-        objects = (*agent.middleware_objects, *self.middleware)
-        return resolve_stack(config, self.plugins, objects=objects)
-
-    def _rebuild(self, run: RunRecord, agent: AgentDefinition) -> list[Placement]:
-        """Exactly the stack ``run`` recorded (a run recorded before stacks were: the current
-        one). Raises ``RunNotResumable`` naming what is missing here."""
-        recorded = run.config.get("stack")
-        if recorded is None:
-            return self._resolve(agent)
-        # Before the agent's options are checked: a missing plugin is the news, not the table
-        # it would have read.
-        here = self.installed_middleware() | {m.name for m in agent.middleware_objects}
-        for entry in recorded:
-            if entry["name"] not in here:
-                raise RunNotResumable(_missing(run.id, entry))
-        config = self.stack_config(agent)
-        if self._custom_stack is not None:
-            available = {m.name: in_process(m) for m in self._custom_stack(config)}
-        else:
-            available = {p.name: p for p in discover(config, self.plugins)}
-            for mw in (*agent.middleware_objects, *self.middleware):
-                available[mw.name] = in_process(mw)
-        stack: list[Placement] = []
-        for entry in recorded:
-            placement = available.get(entry["name"])
-            if placement is None:
-                raise RunNotResumable(_missing(run.id, entry))
-            stack.append(placement)
-        return stack
-
-    async def _continuable(
-        self, run: RunRecord, agent: AgentDefinition | None
-    ) -> tuple[AgentDefinition, list[Placement]]:
-        """The agent and exactly the recorded stack to continue ``run`` with here. Raises
-        ``RunNotResumable`` naming what this process lacks, writing nothing."""
+    async def _continuable(self, run: RunRecord, agent: AgentDefinition | None) -> RunPlan:
+        """The plan to continue ``run`` with here: the one made for it here (``start``,
+        ``decide``), else one made now from its stored agent and exactly its recorded stack.
+        Raises ``RunNotResumable`` naming what this process lacks, writing nothing."""
+        planned = self._planned.get(run.id)
+        if planned is not None and (agent is None or agent is planned.agent):
+            return planned
         agent_record = await self.store.get_agent(self.tenant_id, run.agent_id)
         stored = AgentDefinition.from_json(agent_record.definition, source=f"agent {run.agent_id}")
         agent = agent or self._live.get(run.id)
@@ -284,25 +288,7 @@ class Harness:
             raise RunNotResumable(
                 f"run {run.id} belongs to agent {stored.name!r}, not {agent.name!r}"
             )
-        return agent, self._rebuild(run, agent)
-
-    def _chain(self, placements: Sequence[Placement]) -> Chain:
-        # Origins name a failing middleware's distribution in its MiddlewareError.
-        return Chain.build(
-            [p.middleware for p in placements], origins={p.name: p.origin for p in placements}
-        )
-
-    def _model(self, run: RunRecord, agent: AgentDefinition) -> Model:
-        """The model to continue ``run`` with: this harness's override, else the model the run
-        was started with (recorded), else the agent's."""
-        if self.model is not None:
-            return self.model
-        if self.model_spec is not None:
-            return agent.build_model(self.model_spec, self.base_url)
-        recorded = run.config.get("model")
-        if recorded is None or not isinstance(agent.model, str):
-            return agent.build_model()
-        return agent.build_model(recorded, run.config.get("base_url"))
+        return self.planner.recorded(run, agent)
 
     async def run(
         self,
@@ -336,18 +322,21 @@ class Harness:
         ``agent`` as there), writing nothing.
         """
         run = await self.store.get_run(self.tenant_id, run_id)
+        plan = None
         if not queue:
-            # Else the run would be left ``running`` with nobody to run it.
-            await self._continuable(run, agent)
+            # Else the run would be left ``running`` with nobody to run it; the plan is kept
+            # for the execute that follows (``resume``), so a resume plans its run once.
+            plan = await self._continuable(run, agent)
         decisions, forwarded = await self._decide_children(run, decisions)
-
         tools = None  # for checking an edit: imported only when there is one
         if any(d.type == "edit" for d in decisions.values()):
-            tools = await self._tools_of(run, agent)
+            tools = plan.tools if plan is not None else await self._tools_of(run, agent)
         ready = RunStatus.QUEUED if queue else RunStatus.RUNNING
         done = await decide_run(
             self.store, self.tenant_id, run_id, decisions, ready=ready, tools=tools
         )
+        if plan is not None:
+            self._planned[run_id] = plan
         if forwarded:
             done = attrs.evolve(done, recorded=(*forwarded, *done.recorded))
         return done
@@ -484,11 +473,13 @@ class Harness:
         # Not ``version > 0``: a worker's claim increments the version before the run has
         # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
         resumed = run.state != {}
-        agent, placements = await self._continuable(run, agent)
-        saver = _Saver(self.store, run, lease)
+        plan = await self._continuable(run, agent)
+        self._planned.pop(run_id, None)  # one plan per execute: the next one plans again
+        agent = plan.agent
+        saver = Saver(self.store, run, lease)
         previous = None if resumed else await _previous_state(self.store, run)
         try:
-            state = _initial_state(run, previous, session_scoped(p.middleware for p in placements))
+            state = _initial_state(run, previous, plan.session_scoped)
         except StateError as exc:
             # Keep the stored state as it is: the run fails, nothing is lost.
             await saver.mark_failed(str(exc))
@@ -510,26 +501,24 @@ class Harness:
 
         executing = _EXECUTING.set(self)
         try:
-            return await self._execute(
-                run, agent, placements, state, saver, checkpoint, emit, stop, resumed
-            )
+            return await self._execute(run, plan, state, saver, checkpoint, emit, stop, resumed)
         finally:
             _EXECUTING.reset(executing)
 
     async def _execute(
         self,
         run: RunRecord,
-        agent: AgentDefinition,
-        placements: Sequence[Placement],
+        plan: RunPlan,
         state: State,
-        saver: _Saver,
+        saver: Saver,
         checkpoint: Callable[[State], Awaitable[None]],
         emit: Callable[[Event], Awaitable[None]],
         stop: anyio.Event | None,
         resumed: bool,
     ) -> RunFinished:
-        run_id = run.id
-
+        """``execute`` once the run's state and history are loaded, with this harness as the
+        executing one (``executing_harness``)."""
+        run_id, agent = run.id, plan.agent
         with telemetry.tracer.start_as_current_span(
             f"invoke_agent {agent.name}",
             kind=SpanKind.INTERNAL,
@@ -542,20 +531,17 @@ class Harness:
             },
         ) as span:
             try:
-                chain = self._chain(placements)
+                chain = plan.chain
                 span.add_event(
                     telemetry.MIDDLEWARE_STACK, {telemetry.MIDDLEWARE_NAMES: chain.names}
                 )
-                model = self._model(run, agent)
+                model = plan.build_model()
                 # The provider's model name (spans, requests), not the agent's spec.
                 model_name = getattr(model, "name", agent.model_spec)
                 spans.agent_model(span, spans.model_attributes(model), model_name)
-                registry = self.tools if self.tools is not None else agent.load_tools()
-                view = registry.view(agent.tool_allowlist)
-                await checkpoint(state)
+                view = plan.tools.view(agent.tool_allowlist)
                 await emit(RunStarted(run_id, run.session_id, resumed))
-                await chain.before_run(state)
-                await checkpoint(state)
+                await _first_checkpoint(state, chain, checkpoint)
                 outcome = await run_loop(
                     state,
                     chain=chain,
@@ -614,75 +600,30 @@ class Harness:
             return finished
 
 
-class _Saver:
-    """Saves one run: tracks its version and the history as last saved, so each save writes
-    only the messages from the first one that changed; every save is fenced by ``lease``
-    (``None``: a run in a terminal, fenced by its version only)."""
+async def _first_checkpoint(
+    state: State, chain: Chain, checkpoint: Callable[[State], Awaitable[None]]
+) -> None:
+    """Run the ``before_run`` hooks, then make the run's first save.
 
-    def __init__(self, store: RunStore, run: RunRecord, lease: Lease | None = None) -> None:
-        self.store = store
-        self.run = run
-        self.lease = lease
-        self.version = run.version
-        self.saved: list[Message] = []
-
-    async def save(
-        self,
-        state: State,
-        status: RunStatus,
-        *,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-    ) -> None:
-        current = state.messages
-        first = _first_change(self.saved, current)
-        # Shielded: a save cancelled half way (Ctrl-C) may still commit, and a version this
-        # saver no longer knows would make the cancelled-save after it fail, leaving the run
-        # "running" with no owner. The save ends (or fails) by itself within the retry time.
-        with anyio.CancelScope(shield=True):
-            self.version = await self.store.save_run(
-                self.run.tenant_id,
-                self.run.id,
-                version=self.version,
-                status=status,
-                state=dump_state(state),
-                messages=current[first:],
-                from_index=first,
-                error=error,
-                stop_reason=stop_reason,
-                lease=self.lease,
-            )
-        self.saved = list(current)
-
-    async def finish(self, state: State, outcome: LoopOutcome) -> LoopOutcome:
-        """Save the run's last state with the outcome's status; returns the outcome saved. If
-        the state cannot be saved (content the store cannot hold, a private value that is not
-        JSON), the run is failed instead, keeping the state and history saved last (nothing is
-        lost that was saved, and nothing is left ``running``): with the outcome's own error if
-        it failed already, else with the reason it could not be saved."""
-        try:
-            await self.save(
-                state, outcome.status, error=outcome.error, stop_reason=outcome.stop_reason
-            )
-        except (UnstorableContent, StateError) as exc:
-            failed_already = outcome.status is RunStatus.FAILED and outcome.error
-            error = outcome.error if failed_already else str(exc)
-            await self.mark_failed(error or str(exc))
-            return attrs.evolve(outcome, status=RunStatus.FAILED, error=error)
-        return outcome
-
-    async def mark_failed(self, error: str) -> None:
-        """Fail the run with ``error``, leaving its stored state and history as they are."""
-        with anyio.CancelScope(shield=True):
-            self.version = await self.store.save_run(
-                self.run.tenant_id,
-                self.run.id,
-                version=self.version,
-                status=RunStatus.FAILED,
-                state=None,
-                error=error,
-                lease=self.lease,
-            )
+    One save, not one before the hooks and one after: until it, the run did nothing a new
+    execution would not do again alike (its state comes from the records alone, and the
+    hooks run again), so a save before the hooks would record nothing durable. When the
+    hooks left a state that cannot be saved, the state from before them is saved first, so
+    the run fails keeping a valid document, then the error propagates."""
+    private, todos = dict(state.private), state.todos
+    await chain.before_run(state)
+    try:
+        await checkpoint(state)
+    except (StateError, UnstorableContent):
+        after = dict(state.private), state.todos
+        state.private.clear()
+        state.private.update(private)
+        state.todos = todos
+        await checkpoint(state)
+        state.private.clear()
+        state.private.update(after[0])
+        state.todos = after[1]
+        raise
 
 
 def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -> None:
@@ -714,20 +655,6 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
         )
 
 
-def _missing(run_id: uuid.UUID, entry: Mapping[str, str]) -> str:
-    name, dist = entry["name"], entry.get("distribution", "")
-    if dist == IN_PROCESS:
-        return (
-            f"run {run_id} was started with middleware {name!r} given as a Python object; "
-            "only a process holding it (Harness(middleware=[...])) can continue the run"
-        )
-    return (
-        f"run {run_id} was started with middleware {name!r} from distribution {dist} "
-        f"{entry.get('version', '')}, which is not installed here; install it, or continue "
-        "the run where it is"
-    )
-
-
 def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
     """How a run stands, from its record (for a resume that executed nothing)."""
     usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
@@ -757,14 +684,3 @@ async def _previous_state(store: RunStore, run: RunRecord) -> JSON | None:
         if other.id != run.id:
             return other.state
     return None
-
-
-def _first_change(saved: list[Message], current: list[Message]) -> int:
-    """Index of the first message that differs.
-
-    The common case (history only grew) is one list comparison, which runs in C and compares
-    by identity first, so a long session costs next to nothing per save."""
-    n = min(len(saved), len(current))
-    if saved[:n] == current[:n]:
-        return n
-    return next(i for i in range(n) if saved[i] != current[i])

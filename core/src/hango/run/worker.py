@@ -43,7 +43,7 @@ from hango.agent.events import RunFinished, RunStatus
 from hango.config import duration_setting, hango_settings
 from hango.run.runner import Harness
 from hango.store import RunStore, open_store
-from hango.store.base import Lease, LeaseLost, QueueWatch, StaleVersion, StoreUnavailable
+from hango.store.base import Lease, LeaseLost, QueueWatch, RunSave, StaleVersion, StoreUnavailable
 from hango.store.retry import one_line
 
 log = logging.getLogger("hango.worker")
@@ -305,13 +305,15 @@ class Worker:
             try:
                 run = await self.store.get_run(lease.tenant_id, lease.run_id)
                 await self.store.save_run(
-                    lease.tenant_id,
-                    lease.run_id,
-                    version=run.version,
-                    status=RunStatus.FAILED,
-                    state=None,
-                    error=error,
-                    lease=lease,  # the version read just now fences nothing; the lease does
+                    RunSave(
+                        lease.tenant_id,
+                        lease.run_id,
+                        version=run.version,
+                        status=RunStatus.FAILED,
+                        state=None,
+                        error=error,
+                        lease=lease,  # the version read just now fences nothing; the lease does
+                    )
                 )
                 log.error("run %s failed: %s", lease.run_id, error)
             except LeaseLost:

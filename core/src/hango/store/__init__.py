@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hango.config import hango_settings
 from hango.store.base import (
     AgentRecord,
@@ -11,6 +13,7 @@ from hango.store.base import (
     NotFound,
     QueueWatch,
     RunRecord,
+    RunSave,
     RunStore,
     SchemaError,
     SessionBusy,
@@ -24,10 +27,16 @@ from hango.store.migrate import backend_kind
 from hango.store.retry import StoreRetryPolicy
 
 
-async def open_store(url: str, *, retry: StoreRetryPolicy | None = None) -> RunStore:
+async def open_store(
+    url: str,
+    *,
+    retry: StoreRetryPolicy | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> RunStore:
     """Open the store at ``url``: ``sqlite:///PATH`` (migrated on open) or ``postgresql://...``
     (needs the ``hango[postgres]`` extra). ``retry`` bounds the retries of transient faults
-    (default: ``HANGO_DB_RETRY_SECONDS`` from the environment); SQLite has none to retry.
+    (default: ``HANGO_DB_RETRY_SECONDS`` of ``settings``, which default to the environment);
+    SQLite has none to retry.
 
     Raises ``StoreUnavailable`` when the server cannot be reached now, ``SchemaError`` for a
     schema that is not this code's, ``StoreError`` otherwise, ``ConfigError`` for a bad
@@ -38,8 +47,9 @@ async def open_store(url: str, *, retry: StoreRetryPolicy | None = None) -> RunS
         return await SqliteRunStore.open(url)
     from hango.store.postgres import PostgresRunStore
 
-    policy = retry if retry is not None else StoreRetryPolicy.from_settings(hango_settings())
-    return await PostgresRunStore.open(url, retry=policy)
+    if retry is None:
+        retry = StoreRetryPolicy.from_settings(hango_settings() if settings is None else settings)
+    return await PostgresRunStore.open(url, retry=retry)
 
 
 __all__ = [
@@ -50,6 +60,7 @@ __all__ = [
     "NotFound",
     "QueueWatch",
     "RunRecord",
+    "RunSave",
     "RunStore",
     "SchemaError",
     "SessionBusy",

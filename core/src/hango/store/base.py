@@ -61,7 +61,7 @@ class LeaseLost(StoreError):
     it was released).
 
     Nothing was written. The old holder must stop: every later write it attempts under that
-    lease (``save_run(..., lease=...)``, ``renew_lease``, ``release_run``) is refused too."""
+    lease (``save_run`` with ``RunSave.lease``, ``renew_lease``, ``release_run``) is refused too."""
 
 
 class StoreUnavailable(StoreError):
@@ -229,6 +229,41 @@ class Lease:
     expires_at: dt.datetime
 
 
+@frozen
+class RunSave:
+    """One save of a run (``RunStore.save_run``), fenced by ``version`` and ``lease``.
+
+    ``status``, ``error`` and ``stop_reason`` replace the run's. ``state`` replaces its
+    state_json: a JSON object (encoded by the store), or its compact JSON text already
+    encoded (what the runner's saver passes: it re-encodes only the parts that changed), or
+    None to leave state_json as it is (so a run whose stored state is corrupt can be marked
+    failed without losing it). ``messages`` replace the session's messages from index
+    ``from_index`` on; ``from_index=None`` leaves the messages. ``lease``: the worker's, whose
+    token the run must still hold (None: a run in a terminal, fenced by its version only).
+    """
+
+    tenant_id: uuid.UUID
+    run_id: uuid.UUID
+    version: int = field(kw_only=True)
+    status: RunStatus = field(kw_only=True)
+    state: dict[str, Any] | str | None = field(kw_only=True)
+    messages: Sequence[Message] = field(default=(), kw_only=True)
+    from_index: int | None = field(default=None, kw_only=True)
+    error: str | None = field(default=None, kw_only=True)
+    stop_reason: StopReason | None = field(default=None, kw_only=True)
+    lease: Lease | None = field(default=None, kw_only=True)
+
+    def state_text(self) -> str | None:
+        """``state`` as the text to store (None: leave it); ``UnstorableContent`` as
+        ``storable_json``."""
+        if self.state is None:
+            return None
+        what = f"run {self.run_id}: its state"
+        if isinstance(self.state, str):
+            return storable_text_json(self.state, what)
+        return storable_json(self.state, what)
+
+
 class QueueWatch(Protocol):
     """Wakes an idle worker when a run is queued (see ``RunStore.watch_queue``)."""
 
@@ -248,7 +283,7 @@ class RunStore(Protocol):
     refused, a pool timeout) is retried on a fresh connection for ``HANGO_DB_RETRY_SECONDS``
     and then raised as ``StoreUnavailable``; a write retried after its connection died is not
     applied twice. Lease fencing: everything a worker writes to a run it holds goes through
-    its ``Lease`` (``save_run(..., lease=)``, ``renew_lease``, ``release_run``) and is refused
+    its ``Lease`` (``RunSave.lease``, ``renew_lease``, ``release_run``) and is refused
     with ``LeaseLost`` (or ``False``) once the lease is no longer the run's.
     """
 
@@ -325,29 +360,15 @@ class RunStore(Protocol):
         that one row. ``StoreError`` naming the row when it does not decode."""
         ...
 
-    async def save_run(
-        self,
-        tenant_id: uuid.UUID,
-        run_id: uuid.UUID,
-        *,
-        version: int,
-        status: RunStatus,
-        state: dict[str, Any] | None,
-        messages: Sequence[Message] = (),
-        from_index: int | None = None,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-        lease: Lease | None = None,
-    ) -> int:
-        """Atomically: set status, error, stop reason and state_json, and replace the session's
-        messages from index ``from_index`` on with ``messages``. Returns the new version.
-        ``state=None`` leaves state_json as it is and ``from_index=None`` leaves the messages
-        (so a run whose stored state is corrupt can be marked failed without losing it).
+    async def save_run(self, save: RunSave) -> int:
+        """Atomically apply ``save`` (see ``RunSave``): set status, error, stop reason and
+        state_json, and replace the session's messages from ``save.from_index`` on with
+        ``save.messages``. Returns the new version.
 
-        ``lease`` fences the write: a worker passes the lease it claimed the run with, and the
+        ``save.lease`` fences the write: a worker passes the lease it claimed the run with, and the
         save happens only while the run still holds that lease's token (its expiry is not
         checked: a claim by another worker is what replaces the token). Without a lease (a run
-        in a terminal) only the version is checked.
+        in a terminal) only ``save.version`` is checked.
 
         Raises, writing nothing: ``LeaseLost`` when the run no longer holds ``lease``;
         ``StaleVersion`` when its version is not ``version``; ``UnstorableContent`` for a
@@ -449,11 +470,25 @@ def storable_json(value: Any, what: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
-        raise UnstorableContent(
-            f"{what} holds a lone UTF-16 surrogate ({bad}), which is not valid Unicode text; "
-            "nothing was saved"
-        ) from exc
+        raise _surrogate(text, exc, what) from exc
+    return text
+
+
+def _surrogate(text: str, exc: UnicodeEncodeError, what: str) -> UnstorableContent:
+    bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+    return UnstorableContent(
+        f"{what} holds a lone UTF-16 surrogate ({bad}), which is not valid Unicode text; "
+        "nothing was saved"
+    )
+
+
+def storable_text_json(text: str, what: str) -> str:
+    """``text`` (JSON already encoded with ``allow_nan=False``) if both stores can hold it;
+    ``UnstorableContent`` naming ``what`` for a lone UTF-16 surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _surrogate(text, exc, what) from exc
     return text
 
 

@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from hango.agent.events import RunStatus
 from hango.convert import message_to_json
-from hango.provider.messages import Message, StopReason
+from hango.provider.messages import Message
 from hango.store import migrate
 from hango.store.base import (
     AgentRecord,
@@ -43,6 +43,7 @@ from hango.store.base import (
     LeaseLost,
     NotFound,
     RunRecord,
+    RunSave,
     SessionBusy,
     StaleVersion,
     StoreError,
@@ -464,22 +465,11 @@ class PostgresRunStore:
             None if row is None else message_from_row(session_id, seq, row["role"], row["content"])
         )
 
-    async def save_run(
-        self,
-        tenant_id: uuid.UUID,
-        run_id: uuid.UUID,
-        *,
-        version: int,
-        status: RunStatus,
-        state: dict[str, Any] | None,
-        messages: Sequence[Message] = (),
-        from_index: int | None = None,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-        lease: Lease | None = None,
-    ) -> int:
+    async def save_run(self, save: RunSave) -> int:
+        tenant_id, run_id, version, lease = save.tenant_id, save.run_id, save.version, save.lease
+        from_index = save.from_index
         replace = from_index is not None
-        new = list(messages) if replace else []
+        new = list(save.messages) if replace else []
         start = from_index if from_index is not None else 0
         write_id = uuid.uuid4()
         params = {
@@ -488,10 +478,10 @@ class PostgresRunStore:
             "version": version,
             "lease": None if lease is None else lease.token,
             "write_id": write_id,
-            "status": status.value,
-            "error": None if error is None else storable_text(error),
-            "stop_reason": stop_reason.value if stop_reason else None,
-            "state": None if state is None else storable_json(state, f"run {run_id}: its state"),
+            "status": save.status.value,
+            "error": None if save.error is None else storable_text(save.error),
+            "stop_reason": save.stop_reason.value if save.stop_reason else None,
+            "state": save.state_text(),
             "replace": replace,
             "start": start,
             "end": start + len(new),

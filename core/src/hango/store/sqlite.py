@@ -14,7 +14,7 @@ import json
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ import attrs
 
 from hango.agent.events import RunStatus
 from hango.convert import message_to_json
-from hango.provider.messages import Message, StopReason
+from hango.provider.messages import Message
 from hango.redact import redact_url
 from hango.store import migrate
 from hango.store.base import (
@@ -35,6 +35,7 @@ from hango.store.base import (
     LeaseLost,
     NotFound,
     RunRecord,
+    RunSave,
     SessionBusy,
     StaleVersion,
     StoreError,
@@ -373,23 +374,12 @@ class SqliteRunStore:
             raise corrupt_message(session_id, seq, exc) from exc
         return message_from_row(session_id, seq, row["role"], content)
 
-    async def save_run(
-        self,
-        tenant_id: uuid.UUID,
-        run_id: uuid.UUID,
-        *,
-        version: int,
-        status: RunStatus,
-        state: dict[str, Any] | None,
-        messages: Sequence[Message] = (),
-        from_index: int | None = None,
-        error: str | None = None,
-        stop_reason: StopReason | None = None,
-        lease: Lease | None = None,
-    ) -> int:
+    async def save_run(self, save: RunSave) -> int:
+        tenant_id, run_id, version, lease = save.tenant_id, save.run_id, save.version, save.lease
+        from_index, error, stop_reason = save.from_index, save.error, save.stop_reason
         tenant = str(tenant_id)
         token = None if lease is None else str(lease.token)
-        state_text = None if state is None else storable_json(state, f"run {run_id}: its state")
+        state_text = save.state_text()
         start = from_index if from_index is not None else 0
         rows = [
             (
@@ -399,10 +389,10 @@ class SqliteRunStore:
                 m.role,
                 storable_json(message_to_json(m)["content"], f"run {run_id}: message {start + i}"),
             )
-            for i, m in enumerate(messages)
+            for i, m in enumerate(save.messages)
         ]
 
-        def save(conn: sqlite3.Connection) -> int:
+        def write(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "UPDATE runs SET status = ?, error = ?, stop_reason = ?, "
                 "state_json = COALESCE(?, state_json), "
@@ -410,7 +400,7 @@ class SqliteRunStore:
                 "WHERE tenant_id = ? AND id = ? AND version = ? "
                 "AND (? IS NULL OR lease_token = ?) RETURNING session_id",
                 (
-                    status.value,
+                    save.status.value,
                     None if error is None else storable_text(error),
                     stop_reason.value if stop_reason else None,
                     state_text,
@@ -453,7 +443,7 @@ class SqliteRunStore:
             )
             return version + 1
 
-        return await self._call(self._tx, save)
+        return await self._call(self._tx, write)
 
     # -- the queue -------------------------------------------------------------------------
 
