@@ -27,6 +27,8 @@ import os
 import signal
 from pathlib import Path
 
+import anyio
+
 from hango import tool
 
 HERE = Path(__file__).parent
@@ -38,9 +40,11 @@ def note(line: str) -> None:
 
 
 @tool
-def look(label: str) -> str:
-    """Look something up."""
+async def look(label: str) -> str:
+    """Look something up (a label "slow" waits until the file "go" exists)."""
     note(f"look {label}")
+    while label == "slow" and not (HERE / "go").exists():
+        await anyio.sleep(0.02)
     return f"looked up {label}"
 
 
@@ -123,6 +127,7 @@ def executions(folder: Path) -> Counter[str]:
 
 # --- delegation: the child run, its report, the task result ---------------------------------
 
+import anyio  # noqa: E402
 import pytest  # noqa: E402
 
 import hango_subagents  # noqa: E402
@@ -541,3 +546,37 @@ async def test_the_childs_usage_is_rolled_up_and_a_failed_child_is_an_error_nami
     assert "sub-agent 'scribe' failed" in failed.content
     assert str(by_call["t2"].id) in failed.content
     assert "max_turns (1) reached" in failed.content
+
+
+# --- cancellation ------------------------------------------------------------------------
+
+
+async def test_cancelling_the_parent_cancels_its_child_and_a_resume_continues_both(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    agent_file = team(
+        tmp_path,
+        lead=[{"tool_calls": [task("t1", "Look slowly.")]}, {"text": "Done."}],
+        researcher=[{"tool_calls": [call("r1", "look", "slow")]}, {"text": REPORT}],
+    )
+    harness = Harness(store, tenant_id=tenant)
+    run = await harness.start(AgentDefinition.from_file(agent_file), "Go.")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(harness.execute, run.id)
+        # The child's tool is running (a file, not an event: the tool is the child's own).
+        for _ in range(1000):
+            if executions(tmp_path):
+                break
+            await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    (child,) = await store.child_runs(tenant, run.id)
+    assert child.status is RunStatus.CANCELLED
+    assert (await store.get_run(tenant, run.id)).status is RunStatus.CANCELLED
+
+    (tmp_path / "go").touch()
+    finished = await Harness(store, tenant_id=tenant).execute(run.id)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    (again,) = await store.child_runs(tenant, run.id)
+    assert again.id == child.id and again.status is RunStatus.COMPLETED
+    lead = await store.get_run(tenant, run.id)
+    assert results(await store.load_messages(tenant, lead.session_id))["t1"].content == REPORT
