@@ -483,15 +483,20 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "subagents"
 
 
 async def test_the_example_suspends_the_lead_and_one_approval_completes_both(
-    tmp_path: Path,
+    tmp_path: Path, database_url: str
 ) -> None:
     shutil.copytree(EXAMPLE, tmp_path / "example")
     workspace = tmp_path / "workspace"
-    cli = HangoCli(tmp_path, env={"SUBAGENTS_DEMO_WORKSPACE": str(workspace)})
+    tenant = uuid.uuid4()  # the PostgreSQL database is shared by the session's tests
+    cli = HangoCli(
+        tmp_path,
+        database_url=database_url,
+        env={"SUBAGENTS_DEMO_WORKSPACE": str(workspace), "HANGO_TENANT": str(tenant)},
+    )
     done = cli.run("run", "--agent", "example/agent.toml", "Write up the project's limits.")
     assert done.returncode == 3, done.stderr  # a suspended run exits 3
     assert "research_write_1" in done.stdout
-    (child, lead) = await cli.runs()
+    (child, lead) = await cli.runs(tenant)
     assert child.parent_run_id == lead.id
 
     shown = json.loads(cli.run("runs", "show", "--json", str(lead.id)).stdout)
@@ -510,7 +515,7 @@ async def test_the_example_suspends_the_lead_and_one_approval_completes_both(
     assert "Limits: 42" in (workspace / "findings.md").read_text()
     tree = cli.run("runs", "show", str(lead.id)).stdout
     assert f"task call lead_task_1 -> child run {child.id}  researcher  completed" in tree
-    (child, lead) = await cli.runs()
+    (child, lead) = await cli.runs(tenant)
     assert (lead.status, child.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
 
 
@@ -580,3 +585,54 @@ async def test_cancelling_the_parent_cancels_its_child_and_a_resume_continues_bo
     assert again.id == child.id and again.status is RunStatus.COMPLETED
     lead = await store.get_run(tenant, run.id)
     assert results(await store.load_messages(tenant, lead.session_id))["t1"].content == REPORT
+
+
+# --- kill -9 around a nested approval --------------------------------------------------------
+
+
+async def test_kill_9_after_the_approved_child_write_ran_never_writes_twice(
+    tmp_path: Path, database_url: str
+) -> None:
+    team(
+        tmp_path,
+        lead=[
+            {"tool_calls": [call("p1", "look", "before"), task("t1", "Write the notes.")]},
+            {"text": "All done."},
+        ],
+        researcher=[{"tool_calls": [call("r1", "write", "notes")]}, {"text": REPORT}],
+        researcher_extra=GATED,
+    )
+    tenant = uuid.uuid4()  # the PostgreSQL database is shared by the session's tests
+    cli = HangoCli(tmp_path, database_url=database_url, env={"HANGO_TENANT": str(tenant)})
+    first = cli.run("run", "--agent", "agent.toml", "Go.")
+    assert first.returncode == 3, first.stderr
+    (child, lead) = await cli.runs(tenant)
+    # The approved write runs, and its process dies before the child saves the result.
+    killed = cli.run("resume", str(lead.id), "--approve", "r1", env={"KILL_AT": "write notes"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert executions(tmp_path) == {"look before": 1, "write notes": 1}
+
+    again = cli.run("resume", "--force", str(lead.id))
+    async with cli.store() as store:
+        lead = await store.get_run(tenant, lead.id)
+        child = await store.get_run(tenant, child.id)
+        # Asked again about a write whose outcome is unknown: a person decides again, and
+        # the lead waits with its task call pending, its sibling's result kept.
+        assert again.returncode == 3, again.stderr
+        assert (lead.status, child.status) == (RunStatus.SUSPENDED, RunStatus.SUSPENDED)
+        assert [c.id for c in await store.child_runs(tenant, lead.id)] == [child.id]
+    assert executions(tmp_path) == {"look before": 1, "write notes": 1}
+    shown = json.loads(cli.run("runs", "show", "--json", str(lead.id)).stdout)
+    (question,) = [q for q in shown["pending"] if q["decision"] is None]
+    (asked,) = question["request"]["pending"]
+    assert asked["tool_call_id"] == "r1"
+    # The person says it already happened: the child goes on without writing again.
+    done = cli.run("resume", str(lead.id), "--respond", f"{asked['id']}=It was written.")
+    assert done.returncode == 0, done.stderr
+    assert executions(tmp_path) == {"look before": 1, "write notes": 1}
+    async with cli.store() as store:
+        lead = await store.get_run(tenant, lead.id)
+        child = await store.get_run(tenant, child.id)
+        assert (lead.status, child.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
+        assert_valid_history(await store.load_messages(tenant, child.session_id))
+        assert_valid_history(await store.load_messages(tenant, lead.session_id))
