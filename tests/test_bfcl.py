@@ -93,8 +93,8 @@ async def test_miss_func_holds_functions_out_until_their_turn(tmp_path: Path) ->
 
 
 class _RewriteEcho:
-    """A middleware (in the free ``memory`` slot) that silently changes what echo writes;
-    echo answers null either way, so only the state can tell."""
+    """A middleware (in the ``memory`` slot, its plugin disabled) that silently changes what
+    echo writes; echo answers null either way, so only the state can tell."""
 
     name = "memory"
 
@@ -116,7 +116,7 @@ async def test_a_harness_that_changes_a_call_is_caught(tmp_path: Path) -> None:
     from bench.bfcl.run import Stats, run_task
 
     (task,) = _tasks("multi_turn_base", [2])  # turn 1 echoes a note into TeamNotes.txt
-    plugins = make_plugin_manager(env={})
+    plugins = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "memory"})
     plugins.register(_RewritePlugin(), name="rewrite")
     store = await open_store(f"sqlite:///{tmp_path / 'x.db'}")
     try:
@@ -128,8 +128,9 @@ async def test_a_harness_that_changes_a_call_is_caught(tmp_path: Path) -> None:
 
 
 class _EditEarlierResult:
-    """A run hook (in the free ``skills`` slot) that, from the second turn on, changes the
-    first tool result saved in the session: no turn's own check looks back at it."""
+    """A run hook (in the ``skills`` slot, its plugin disabled) that, from the second turn
+    on, changes the first tool result saved in the session: no turn's own check looks back
+    at it."""
 
     name = "skills"
 
@@ -147,9 +148,9 @@ class _EditEarlierResult:
 
 
 class _RunLastFirst:
-    """A tool wrapper (in the free ``memory`` slot) that runs the last call of a batch of
-    three calls to one tool first, and answers it from what it got then: every result and
-    the final state are as they would be, only the order the API saw is not."""
+    """A tool wrapper (in the ``memory`` slot, its plugin disabled) that runs the last call
+    of a batch of three calls to one tool first, and answers it from what it got then: every
+    result and the final state are as they would be, only the order the API saw is not."""
 
     name = "memory"
 
@@ -174,7 +175,8 @@ def _plugins_with(middleware: object) -> Any:
         def hango_middleware(self, config: StackConfig) -> object:
             return middleware
 
-    plugins = make_plugin_manager(env={})
+    # The installed plugin of the misbehaving middleware's slot makes room for it.
+    plugins = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": getattr(middleware, "name", "")})
     plugins.register(Plugin(), name="misbehaving")
     return plugins
 

@@ -10,6 +10,7 @@ import re
 import select
 import shutil
 import signal
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -289,7 +290,8 @@ def test_ctrl_c_in_a_terminal_saves_cancelled_and_resume_finishes(
         [[turns]]
         text = "Finished."
         """,
-        extra='tools = ["slow_tools:note", "slow_tools:slow"]\n',
+        # One at a time: note b waits behind slow, so Ctrl-C leaves it unrun.
+        extra='tools = ["slow_tools:note", "slow_tools:slow"]\nmax_tool_concurrency = 1\n',
     )
     env = os.environ | {"HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"}
     pid, fd = pty.fork()
@@ -346,9 +348,12 @@ def paste(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
-    """kill -9 leaves a foreground run marked running: resume refuses it (its process might
-    still be executing it) until told with --force that the process is gone."""
+def test_resume_refuses_a_run_whose_claim_is_live_and_takes_it_over_once_lapsed(
+    tmp_path: Path,
+) -> None:
+    """kill -9 leaves a foreground run marked running under its claim: resume refuses it
+    (RunBusy: its process might still be executing it) until the claim lapses; --force waits
+    for that, and without it, once lapsed, a plain resume recovers the run."""
     (tmp_path / "sleepy.py").write_text(
         textwrap.dedent(
             '''
@@ -370,7 +375,10 @@ def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
         '[[turns]]\ntext = "Done."\n',
         extra='tools = ["sleepy:nap"]\n',
     )
-    env = os.environ | {"HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}"}
+    env = os.environ | {
+        "HANGO_DATABASE_URL": f"sqlite:///{tmp_path / 'hango.db'}",
+        "HANGO_RUN_LEASE_SECONDS": "120",
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "hango", "run", "--agent", str(agent), "go"],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -389,8 +397,11 @@ def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
     (run,) = json.loads(hango("runs", "list", "--json", cwd=tmp_path).stdout)
     assert run["status"] == "running"
     refused = hango("resume", run["run_id"], cwd=tmp_path)
-    assert refused.returncode == 2 and f"resume {run['run_id']} --db" in refused.stderr
-    assert "--force" in refused.stderr
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert f"run {run['run_id']} is being executed by " in line and "--force" in line
+    with sqlite3.connect(tmp_path / "hango.db") as db:  # the dead process's claim lapses
+        db.execute("UPDATE runs SET lease_expires_at = '2000-01-01T00:00:00.000000+00:00'")
     # Continuing the session says which command recovers the crashed run, in one line.
     busy = hango(
         "run", "--agent", str(agent), "--session", run["session_id"][:8], "more", cwd=tmp_path
@@ -399,7 +410,7 @@ def test_resume_refuses_a_running_run_unless_forced(tmp_path: Path) -> None:
     (line,) = busy.stderr.strip().splitlines()
     assert f"has run {run['run_id']} still marked running" in line
     recover = line.split("recover it with: ", 1)[1]
-    assert recover.endswith("--force") and f"resume {run['run_id']}" in recover
+    assert f"resume {run['run_id']} --db" in recover and "--force" not in recover
     (tmp_path / "fast").touch()
     forced = paste(recover, tmp_path)
     assert forced.returncode == 0, forced.stderr

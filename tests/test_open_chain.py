@@ -78,8 +78,16 @@ def trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def tracers(install: Install, trace: Path) -> None:
-    """Two distributions with middlewares of their own names, and one filling ``memory``."""
+def tracers(install: Install, trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two distributions with middlewares of their own names, and one filling ``memory``.
+
+    hango-memory, installed in this environment, fills ``memory`` too: its hook is set aside
+    here (and the plugin disabled for the ``hango`` processes), so the test distribution
+    takes the slot instead of clashing with it."""
+    import hango_memory
+
+    monkeypatch.delattr(hango_memory, "hango_middleware")
+    monkeypatch.setenv("HANGO_DISABLE_PLUGINS", "memory")
     install("hango-audit", "audit", "audit_log", body=TRACER.format(name="audit_log"))
     install("hango-shout", "shout", "shout", body=TRACER.format(name="shout"))
     install("hango-recall", "recall", "memory", body=TRACER.format(name="memory"))
@@ -113,7 +121,10 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
     stack = record.config["stack"]
     names = [e["name"] for e in stack]
     assert names == [
+        "skills",
+        "filesystem",
         "subagent",
+        "mcp",
         "repair_tool_calls",
         "todo",
         "repeat_call",
@@ -234,7 +245,7 @@ async def test_resume_and_workers_rebuild_the_recorded_stack_exactly(
 
     # `hango resume` where hango-audit is missing: refused, naming it, the run untouched.
     db = f"sqlite:///{tmp_path / 'hango.db'}"
-    monkeypatch.setenv("HANGO_DISABLE_PLUGINS", "audit")
+    monkeypatch.setenv("HANGO_DISABLE_PLUGINS", "audit,memory")
     refused = await cli("resume", str(by_resume.id), "--db", db, plugins=tmp_path)
     assert refused.returncode == 2
     assert "'audit_log' from distribution hango-audit 1.2.3" in refused.stderr
@@ -242,7 +253,7 @@ async def test_resume_and_workers_rebuild_the_recorded_stack_exactly(
     assert await traced(trace) == []
 
     # Where both are installed (memory too): exactly the recorded stack, without memory.
-    monkeypatch.delenv("HANGO_DISABLE_PLUGINS")
+    monkeypatch.setenv("HANGO_DISABLE_PLUGINS", "memory")
     resumed = await cli("resume", str(by_resume.id), "--db", db, plugins=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert await traced(trace) == ["audit_log"]

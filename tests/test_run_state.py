@@ -78,7 +78,10 @@ async def test_plan_and_session_state_carry_over_run_state_starts_fresh_both_sur
     async def emit(event: object) -> None:
         events.append(event)
 
-    async with agent_harness(tmp_path, model=model, stack=stack, tools=[echo, wait]) as h:
+    # One at a time: results in call order, and wait's cancel leaves the batch half done.
+    async with agent_harness(
+        tmp_path, model=model, stack=stack, tools=[echo, wait], max_tool_concurrency=1
+    ) as h:
         first = await h.run(h.agent, "plan it")
         assert first.status is RunStatus.COMPLETED
         session = (await h.store.get_run(h.tenant_id, first.run_id)).session_id

@@ -22,11 +22,15 @@ from hypothesis import strategies as st
 import hango_allowlist
 import hango_approval
 import hango_fallback
+import hango_filesystem
 import hango_limits
+import hango_mcp
+import hango_memory
 import hango_prompt_cache
 import hango_repair
 import hango_repeat
 import hango_retry
+import hango_skills
 import hango_subagents
 import hango_todo
 from hango import (
@@ -51,18 +55,23 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 HANGO = Path(hango_executable())
 
 STACK = [
+    "skills",
+    "filesystem",
     "subagent",
+    "mcp",
     "repair_tool_calls",
     "todo",
     "repeat_call",
     "limits",
     "model_fallback",
     "prompt_cache",
+    "memory",
     "human_in_the_loop",
     "tool_retry",
     "tool_allowlist",
 ]
 PLUGINS: dict[str, ModuleType] = {
+    "filesystem": hango_filesystem,
     "todo": hango_todo,
     "repeat": hango_repeat,
     "allowlist": hango_allowlist,
@@ -72,10 +81,14 @@ PLUGINS: dict[str, ModuleType] = {
     "fallback": hango_fallback,
     "prompt_cache": hango_prompt_cache,
     "approval": hango_approval,
+    "skills": hango_skills,
+    "memory": hango_memory,
+    "mcp": hango_mcp,
     "subagent": hango_subagents,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
+    "filesystem": "filesystem",
     "todo": "todo",
     "repeat": "repeat_call",
     "allowlist": "tool_allowlist",
@@ -85,6 +98,9 @@ SLOTS = {
     "fallback": "model_fallback",
     "prompt_cache": "prompt_cache",
     "approval": "human_in_the_loop",
+    "skills": "skills",
+    "memory": "memory",
+    "mcp": "mcp",
     "subagent": "subagent",
 }
 
@@ -117,18 +133,24 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     )
     rows = json.loads(done.stdout)
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
+        ("skills", "hango-skills", "skills"),
+        ("filesystem", "hango-filesystem", "filesystem"),
         ("subagent", "hango-subagents", "subagent"),
+        ("mcp", "hango-mcp", "mcp"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),
         ("todo", "hango-todo", "todo"),
         ("repeat_call", "hango-repeat", "repeat_call"),
         ("limits", "hango-limits", "limits"),
         ("model_fallback", "hango-fallback", "model_fallback"),
         ("prompt_cache", "hango-prompt-cache", "prompt_cache"),
+        ("memory", "hango-memory", "memory"),
         ("human_in_the_loop", "hango-approval", "human_in_the_loop"),
         ("tool_retry", "hango-retry", "tool_retry"),
         ("tool_allowlist", "hango-allowlist", "tool_allowlist"),
     ]
-    assert rows[2]["capabilities"] == ["tool_provider", "prompt_contributor"]
+    capabilities = {r["name"]: r["capabilities"] for r in rows}
+    assert capabilities["todo"] == ["tool_provider", "prompt_contributor"]
+    assert capabilities["filesystem"] == ["tool_wrapper", "tool_provider", "prompt_contributor"]
 
 
 @pytest.mark.parametrize(

@@ -150,7 +150,10 @@ async def test_a_paused_call_suspends_the_run_with_its_batch_frontier_saved(
     async def keep(event: Event) -> None:
         events.append(event)
 
-    async with agent_harness(tmp_path, turns=turns, stack=[Gate(["act"])], tools=[look, act]) as h:
+    # One at a time: the events come in call order (concurrent pauses: test_concurrent_tools).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=[Gate(["act"])], tools=[look, act], max_tool_concurrency=1
+    ) as h:
         finished = await h.run(h.agent, "go", emit=keep)
 
         assert finished.status is RunStatus.SUSPENDED

@@ -107,13 +107,22 @@ def _reset() -> None:
 
 class Run:
     def __init__(
-        self, store: SqliteRunStore, model: RecordingModel, stack: StackFactory, max_turns: int
+        self,
+        store: SqliteRunStore,
+        model: RecordingModel,
+        stack: StackFactory,
+        max_turns: int,
+        max_tool_concurrency: int = 8,
     ):
         self.store = store
         self.model = model
         self.harness = Harness(store, model=model, stack=stack, tools=TOOLS, settings={})
         self.agent = AgentDefinition(
-            name="t", model="scripted:inline", system=("Be brief.",), max_turns=max_turns
+            name="t",
+            model="scripted:inline",
+            system=("Be brief.",),
+            max_turns=max_turns,
+            max_tool_concurrency=max_tool_concurrency,
         )
         self.events: list[Any] = []
 
@@ -134,8 +143,10 @@ class Run:
 async def make(tmp_path: Path, stack: StackFactory) -> AsyncIterator[Callable[..., Run]]:
     store = await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}")
 
-    def factory(turns: list[dict[str, Any]], max_turns: int = 10) -> Run:
-        return Run(store, RecordingModel(turns), stack, max_turns)
+    def factory(
+        turns: list[dict[str, Any]], max_turns: int = 10, max_tool_concurrency: int = 8
+    ) -> Run:
+        return Run(store, RecordingModel(turns), stack, max_turns, max_tool_concurrency)
 
     yield factory
     await store.aclose()
@@ -186,11 +197,14 @@ async def test_tool_use_then_end_turn(make: Callable[..., Run]) -> None:
 
 
 async def test_batch_answered_in_one_message_in_call_order(make: Callable[..., Run]) -> None:
+    # One at a time, so the order the tools ran in is the call order too (the concurrent
+    # variant is in test_concurrent_tools.py).
     run = make(
         [
             {"tool_calls": [call("add", a=1, b=2), call("echo", text="b"), call("add", a=3, b=4)]},
             {"text": "done"},
-        ]
+        ],
+        max_tool_concurrency=1,
     )
     await run("go")
     assert [c[0] for c in calls] == ["add", "echo", "add"]
@@ -226,7 +240,8 @@ async def test_schema_invalid_arguments_not_called(make: Callable[..., Run]) -> 
         [
             {"tool_calls": [call("add", a=1, b="two"), call("add", a=1)]},
             {"text": "fixed"},
-        ]
+        ],
+        max_tool_concurrency=1,  # events in call order; the test is about validation
     )
     await run("go")
     assert calls == []
@@ -289,7 +304,9 @@ async def test_cancel_mid_tool_then_resume_without_rerunning(
         {"tool_calls": [call("echo", text="first"), call("wait", name="w"), call("add", a=2, b=2)]},
         {"text": "all done"},
     ]
-    run = make(turns)
+    # One at a time: "add" waits behind "wait" (test_concurrent_tools.py cancels a batch
+    # whose calls run at once).
+    run = make(turns, max_tool_concurrency=1)
     record = await run.harness.start(run.agent, "go")
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
@@ -305,7 +322,7 @@ async def test_cancel_mid_tool_then_resume_without_rerunning(
     # Resume in a fresh harness (as a new process would): the finished call is not re-run.
     calls.clear()
     gate["release"].set()
-    resumed = make(turns)
+    resumed = make(turns, max_tool_concurrency=1)
     finished = await resumed.harness.execute(record.id, emit=resumed.emit)
     assert finished.status is RunStatus.COMPLETED
     assert [c[0] for c in calls] == ["wait", "add"]

@@ -308,7 +308,8 @@ async def test_a_call_cut_off_by_max_tokens_is_never_run(tmp_path: Path) -> None
     async def emit(event: object) -> None:
         events.append(event)
 
-    async with agent_harness(tmp_path, model=model, tools=[ping]) as h:
+    # One at a time: events in call order (the test is about the cut-off call).
+    async with agent_harness(tmp_path, model=model, tools=[ping], max_tool_concurrency=1) as h:
         finished = await h.run(h.agent, "ping twice", emit=emit)
     assert finished.status is RunStatus.COMPLETED
     assert pinged == [{"host": "localhost"}]  # call_a only; call_b's "{}" never was an input

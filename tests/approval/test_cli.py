@@ -67,6 +67,8 @@ def folder(tmp_path: Path) -> Path:
     (tmp_path / "script.toml").write_text(SCRIPT)
     (tmp_path / "agent.toml").write_text(
         'name = "cli"\nmodel = "scripted:script.toml"\ntools = ["cli_tools:TOOLS"]\n'
+        # One at a time: the tests read the executions in call order (they are about decisions).
+        "max_tool_concurrency = 1\n"
         "[options.human_in_the_loop]\n"
         'interrupt_on = { deploy = ["approve", "edit", "reject", "respond"], preview = false }\n'
     )

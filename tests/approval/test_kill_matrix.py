@@ -162,6 +162,10 @@ GATED_A = "toolu_scripted_0_0"  # in SINGLE
 PAR_A, PAR_B = "toolu_scripted_0_1", "toolu_scripted_0_3"
 
 
+#: Seconds after which the claim of a killed process (HANGO_RUN_LEASE_SECONDS=1) has lapsed.
+CLAIM_LAPSES = 1.1
+
+
 class Scenario:
     """The files of one test's agent, and its processes."""
 
@@ -177,12 +181,16 @@ class Scenario:
         (root / "agent.toml").write_text(
             f'name = "kill-matrix"\nmodel = "scripted:script.json"\n'
             f'tools = ["{self.module}:TOOLS"]\nmax_turns = 4\n'
+            # One at a time: the kill points sit between calls of the batch (a kill in a
+            # concurrent batch is core/tests/test_concurrent_tools.py's).
+            "max_tool_concurrency = 1\n"
             "[options.human_in_the_loop]\ninterrupt_on = { gated = true }\n"
         )
 
     def process(self, kill_at: str | None, *args: str) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
-        env |= {"KILL_TOOLS": self.module, "PYTHONUNBUFFERED": "1"}
+        # A short claim: the next executor may take a killed process's run over once it lapses.
+        env |= {"KILL_TOOLS": self.module, "PYTHONUNBUFFERED": "1", "HANGO_RUN_LEASE_SECONDS": "1"}
         if kill_at:
             env["KILL_AT"] = kill_at
         return subprocess.Popen(
@@ -194,7 +202,8 @@ class Scenario:
     def kill_when_reached(self, proc: subprocess.Popen[bytes], point: str) -> None:
         reached = self.root / "reached"
         deadline = time.monotonic() + 60
-        while not reached.exists():
+        # Until its text is there too: the file exists a moment before it is written.
+        while not reached.exists() or not reached.read_text():
             if proc.poll() is not None:
                 out = proc.communicate()[0].decode()
                 pytest.fail(f"the process ended before {point}: {proc.returncode}\n{out}")
@@ -205,6 +214,7 @@ class Scenario:
         proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL
         reached.unlink()
+        time.sleep(CLAIM_LAPSES)
 
     def finish(self, proc: subprocess.Popen[bytes]) -> None:
         out = proc.communicate(timeout=60)[0].decode()
@@ -226,6 +236,7 @@ class Scenario:
         else:
             self.finish(proc)
             assert proc.returncode == -signal.SIGKILL  # in-tool: the tool killed it
+            time.sleep(CLAIM_LAPSES)
 
     def executions(self) -> collections.Counter[str]:
         log = self.root / "executions.log"

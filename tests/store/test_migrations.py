@@ -22,6 +22,9 @@ HEAD = [
     "0003.run-queue",
     "0004.run-record",
     "0005.durability",
+    "0006.workspace",
+    "0007.memory",
+    "0008.run-claim",
     "0009.child-runs",
 ]
 

@@ -23,12 +23,16 @@ pytestmark = pytest.mark.anyio
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 #: The installed plugins' stack, in STACK_ORDER.
 PHASE_STACK = (
+    "skills",
+    "filesystem",
+    "mcp",
     "repair_tool_calls",
     "todo",
     "repeat_call",
     "limits",
     "model_fallback",
     "prompt_cache",
+    "memory",
     "human_in_the_loop",
     "tool_retry",
     "tool_allowlist",
@@ -131,7 +135,8 @@ async def test_state_missing_is_reported_once_on_a_middlewares_first_call(
 ) -> None:
     """repeat_call finds no private state on the run's first tool call, and says so once;
     later calls find the counts it stored. hango-limits, a run hook, finds none before the
-    run's first call (the session's first run), once."""
+    run's first call (the session's first run), once. (hango-skills, with no skill sources
+    for this agent, keeps no state at all.)"""
     missing = {
         e.attributes[telemetry.MIDDLEWARE_NAME]: span
         for span, e in demo_trace.events(telemetry.STATE_MISSING)

@@ -305,12 +305,16 @@ def test_hango_run_trace_console_prints_the_demo_spans(tmp_path: Path) -> None:
     assert printed("execute_tool search  INTERNAL  ")
     stack = ",".join(
         (
+            "skills",
+            "filesystem",
+            "mcp",
             "repair_tool_calls",
             "todo",
             "repeat_call",
             "limits",
             "model_fallback",
             "prompt_cache",
+            "memory",
             "human_in_the_loop",
             "tool_retry",
             "tool_allowlist",

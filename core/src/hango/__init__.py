@@ -28,7 +28,7 @@ from hango.agent.events import (
 from hango.agent.interrupts.decide import DecisionRefused
 from hango.agent.interrupts.records import Decision, PendingAction
 from hango.agent.state import StateError
-from hango.config import ConfigError
+from hango.config import Config, ConfigError
 from hango.plugins import PluginError
 from hango.provider import (
     JSON,
@@ -38,6 +38,7 @@ from hango.provider import (
     ModelError,
     ModelResponse,
     ModelSpecError,
+    OutputSpec,
     ProviderRetry,
     Request,
     ScriptedModel,
@@ -54,8 +55,16 @@ from hango.provider import (
     Usage,
     model_from_spec,
 )
-from hango.run import Decided, Harness, RunNotResumable
-from hango.store import RunRecord, RunStore, StoreError, open_store
+from hango.run import (
+    Decided,
+    Delivered,
+    Engine,
+    EngineError,
+    Harness,
+    RunNotResumable,
+    StepResult,
+)
+from hango.store import RunBusy, RunRecord, RunSave, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -69,10 +78,14 @@ __all__ = [
     "AgentFileError",
     "AttemptDiscarded",
     "Block",
+    "Config",
     "ConfigError",
     "Decided",
     "Decision",
     "DecisionRefused",
+    "Delivered",
+    "Engine",
+    "EngineError",
     "Event",
     "Harness",
     "InterruptRaised",
@@ -83,13 +96,16 @@ __all__ = [
     "ModelError",
     "ModelResponse",
     "ModelSpecError",
+    "OutputSpec",
     "PendingAction",
     "PluginError",
     "ProviderRetry",
     "Request",
+    "RunBusy",
     "RunFinished",
     "RunNotResumable",
     "RunRecord",
+    "RunSave",
     "RunStarted",
     "RunStatus",
     "RunStore",
@@ -97,6 +113,7 @@ __all__ = [
     "ScriptedModel",
     "ServerBlock",
     "StateError",
+    "StepResult",
     "StopReason",
     "StoreError",
     "TextBlock",

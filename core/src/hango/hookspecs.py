@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import click
 
     from hango.agent.middleware import Middleware
+    from hango.run.engine import Engine
 
 PROJECT = "hango"
 
@@ -97,4 +98,20 @@ def hango_cli_commands() -> Sequence[click.Command] | None:
         @hookimpl
         def hango_cli_commands() -> list[click.Command]:
             return [audit]
+    """
+
+
+@hookspec
+def hango_engines() -> Sequence[Engine] | None:
+    """Return the engines this plugin provides (``hango.Engine``: an object with a ``name`` and
+    ``submit`` / ``decide`` / ``cancel`` / ``describe``), or None.
+
+    ``hango submit --engine NAME`` hands a recorded run to the engine called ``NAME``;
+    ``hango resume`` of such a run delivers its decisions through it. ``hango`` is the own
+    queue's name and cannot be taken; two plugins providing one name is an error naming both
+    distributions. Example::
+
+        @hookimpl
+        def hango_engines() -> list[Engine]:
+            return [TemporalEngine()]
     """

@@ -14,13 +14,25 @@ listed, with one line, in docs/reference/api.md.
   (a ``BaseException``: never swallow it), ``InterruptError`` a misuse.
 - State: ``State``, ``Todo`` / ``TodoStatus``, ``load_private`` / ``store_private`` (typed,
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
-  ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself).
+  ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself),
+  ``narrow_tools`` / ``tool_narrowing`` (the tools a run is narrowed to, enforced by the
+  allowlist).
 - Storable content: ``replace_lone_surrogates``, ``storable_result``.
+- Structured output: ``proposed_output`` (what a response offers as the run's output),
+  ``reject_output`` (an output validator's refusal, with the reason), ``FINAL_ANSWER``.
 - Settings: ``StackConfig`` (the hook's argument); ``int_setting``, ``float_setting`` and
   ``duration_setting`` parse ``HANGO_*`` defaults, raising ``ConfigError`` naming the variable.
 - Telemetry: ``record(event, middleware=..., reason=..., attributes=...)`` and the event and
   attribute names it takes.
-- Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``.
+- Errors a middleware raises or reports: ``ConfigError``, ``MiddlewareError``, ``StateError``;
+  ``HangoWarning``, the base of warnings the ``hango`` command prints as one line.
+- Memory (hango's database, migration 0007): ``run_memory()`` (the running run's store and
+  agent), ``memory_store(run_store)`` (for commands), ``MemoryStore`` and its records
+  (``MemoryEntry``, ``MemoryVersion``, ``MemoryEdit``, ``MemoryWritten``, ``Provenance``),
+  ``MemoryConflict``, ``search_entries``; ``Config`` (the database URL and tenant of the
+  environment, as ``hango`` reads them).
+- Workspace storage: ``workspace_blobs(state)`` gives the ``WorkspaceBlobs`` of the run's
+  session in hango's own database (content by SHA-256, ``digest_of``), None outside a run.
 - Runs: ``executing_harness()``, the ``Harness`` executing the calling run (a sub-agent starts
   its child runs through it).
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
@@ -51,6 +63,7 @@ from hango.agent.middleware import (
     ToolProvider,
     ToolWrapper,
 )
+from hango.agent.output import FINAL_ANSWER, proposed_output, reject_output
 from hango.agent.state import (
     STATE_SCOPES,
     State,
@@ -59,12 +72,38 @@ from hango.agent.state import (
     Todo,
     TodoStatus,
     load_private,
+    narrow_tools,
     store_private,
+    tool_narrowing,
 )
 from hango.agent.storable import replace_lone_surrogates, storable_result
-from hango.config import ConfigError, StackConfig, duration_setting, float_setting, int_setting
+from hango.config import (
+    Config,
+    ConfigError,
+    HangoWarning,
+    StackConfig,
+    duration_setting,
+    float_setting,
+    int_setting,
+)
 from hango.hookspecs import hookimpl
 from hango.run.runner import executing_harness
+from hango.store.memory import (
+    EDIT_MODES,
+    EditMode,
+    MemoryConflict,
+    MemoryEdit,
+    MemoryEntry,
+    MemoryStore,
+    MemoryVersion,
+    MemoryWritten,
+    Provenance,
+    RunMemory,
+    memory_store,
+    run_memory,
+    search_entries,
+)
+from hango.store.workspace import WorkspaceBlobs, digest_of, workspace_blobs
 from hango.telemetry import (
     ERROR_TYPE,
     PROVIDER_NAME,
@@ -81,7 +120,9 @@ from hango.telemetry import (
 
 __all__ = [
     "DECISIONS",
+    "EDIT_MODES",
     "ERROR_TYPE",
+    "FINAL_ANSWER",
     "PROVIDER_NAME",
     "REPEAT_CALL_BLOCKED",
     "REQUEST_MODEL",
@@ -91,11 +132,20 @@ __all__ = [
     "STATE_SCOPES",
     "TOOL_CALL_ID",
     "TOOL_NAME",
+    "Config",
     "ConfigError",
     "Decision",
     "DecisionType",
+    "EditMode",
+    "HangoWarning",
     "Interrupt",
     "InterruptError",
+    "MemoryConflict",
+    "MemoryEdit",
+    "MemoryEntry",
+    "MemoryStore",
+    "MemoryVersion",
+    "MemoryWritten",
     "Middleware",
     "MiddlewareError",
     "ModelHandler",
@@ -103,7 +153,9 @@ __all__ = [
     "ModelWrapper",
     "PendingAction",
     "PromptContributor",
+    "Provenance",
     "RunHook",
+    "RunMemory",
     "StackConfig",
     "State",
     "StateError",
@@ -115,7 +167,9 @@ __all__ = [
     "ToolHandler",
     "ToolProvider",
     "ToolWrapper",
+    "WorkspaceBlobs",
     "argument_digest",
+    "digest_of",
     "duration_setting",
     "executing_harness",
     "float_setting",
@@ -123,9 +177,17 @@ __all__ = [
     "hookimpl",
     "int_setting",
     "load_private",
+    "memory_store",
+    "narrow_tools",
+    "proposed_output",
     "provider_name",
     "record",
+    "reject_output",
     "replace_lone_surrogates",
+    "run_memory",
+    "search_entries",
     "storable_result",
     "store_private",
+    "tool_narrowing",
+    "workspace_blobs",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -178,6 +179,44 @@ def test_the_readme_agent_file_sets_its_limits(tmp_path: Path) -> None:
         "20 calls of tool 'search' per run",
     ]
     assert (policy.on_limit, policy.on_tool_limit) == ("end", "end")
+
+
+# -- a concurrent batch ----------------------------------------------------------------------
+
+in_flight = {"now": 0, "most": 0}
+
+
+@box.tool
+async def fetch(q: str) -> str:
+    """Fetch q; slow enough that a batch's calls overlap."""
+    in_flight["now"] += 1
+    in_flight["most"] = max(in_flight["most"], in_flight["now"])
+    await anyio.sleep(0.05)
+    in_flight["now"] -= 1
+    return f"fetched {q}"
+
+
+@pytest.mark.anyio
+async def test_a_budget_is_exact_when_the_batch_runs_at_once(tmp_path: Path) -> None:
+    """Five calls of one response start before any finishes; with a budget of three tool
+    calls, three run (at once) and two are refused: the running calls count."""
+    executed.clear()
+    in_flight.update(now=0, most=0)
+    batch = calls(*(("fetch", {"q": q}) for q in "abcde"))
+    mw = limits(run={"tool_calls": 3})
+    async with agent_harness(
+        tmp_path, turns=[batch, {"text": "ok"}], stack=[mw], tools=[fetch]
+    ) as h:
+        finished = await h.run(h.agent, "go")
+        messages = await history(h, finished.run_id)
+        counts = await private(h, finished.run_id)
+    assert finished.status is RunStatus.COMPLETED
+    assert executed == ["fetch a", "fetch b", "fetch c"]
+    assert in_flight["most"] == 3  # they did overlap
+    results = messages[2].tool_results
+    assert [r.is_error for r in results] == [False, False, False, True, True]
+    assert "limit of 3 tool calls per run" in results[3].content
+    assert counts["run"]["tool_calls"] == 3 and counts["running"] == {}
 
 
 # -- continue ---------------------------------------------------------------------------------
@@ -557,7 +596,10 @@ async def test_a_call_cancelled_mid_run_is_counted_once_after_the_resume(tmp_pat
         {"text": "Done."},
     ]
     mw = limits(run={"tool_calls": 3})
-    async with agent_harness(tmp_path, turns=turns, stack=[mw], tools=[note, gate.tool()]) as h:
+    # One at a time: note a has its result before wait starts (the test is about the resume).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=[mw], tools=[note, gate.tool()], max_tool_concurrency=1
+    ) as h:
         run = await h.start(h.agent, "go")
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
@@ -606,7 +648,10 @@ async def test_an_end_under_way_survives_a_cancel_and_a_resume(tmp_path: Path) -
     mw = limits(on_tool_limit="end", run={"per_tool": {"search": 1}})
     scope = anyio.CancelScope()
     stack = [CancelAt("note", scope), mw]
-    async with agent_harness(tmp_path, turns=turns, stack=stack, tools=[search, note]) as h:
+    # One at a time: search a has its result when note's turn comes (the test is about the end).
+    async with agent_harness(
+        tmp_path, turns=turns, stack=stack, tools=[search, note], max_tool_concurrency=1
+    ) as h:
         run = await h.start(h.agent, "go")
         with scope:
             await h.execute(run.id)
@@ -672,9 +717,10 @@ AGENT = """
 name = "budgeted"
 model = "scripted:script.toml"
 tools = ["slow_tools:note", "slow_tools:slow"]
+max_tool_concurrency = {concurrency}
 
 [options.limits]
-run = { model_calls = 3, tool_calls = 3 }
+run = {{ model_calls = 3, tool_calls = 3 }}
 """
 
 
@@ -685,8 +731,9 @@ async def test_counters_survive_a_sigkill_and_a_resume(
 ) -> None:
     """The run is killed while its second tool call runs. The first call's count was saved
     with its result; the killed call is counted once, when it runs again after the resume.
-    Double-counting would block note b; forgetting would let note c run."""
-    agent_dir(agent=AGENT, script=SCRIPT, tools={"slow_tools": SLOW_TOOLS})
+    Double-counting would block note b; forgetting would let note c run. One call at a time
+    (the concurrent batch is the next test)."""
+    agent_dir(agent=AGENT.format(concurrency=1), script=SCRIPT, tools={"slow_tools": SLOW_TOOLS})
     log = tmp_path / "calls.log"
     proc = hango_cli("run", "--agent", "agent.toml", "go", env=NO_REPAIR)
     await kill_when(proc, log, "slow", never="the slow tool never started")
@@ -713,3 +760,49 @@ async def test_counters_survive_a_sigkill_and_a_resume(
     counts = done.state["private"]["limits"]["run"]
     assert (counts["model_calls"], counts["tool_calls"]) == (3, 3)
     assert json.dumps(counts["per_tool"], sort_keys=True) == '{"note": 2, "slow": 1}'
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_counters_of_a_concurrent_batch_survive_a_sigkill_and_a_resume(
+    tmp_path: Path, agent_dir: Callable[..., Path], hango_cli: HangoCli
+) -> None:
+    """The batch runs at once: note a and note b complete (and are counted) while slow runs;
+    the kill leaves slow as running. After the resume slow runs once more and is counted once:
+    3 tool calls, so note c is refused."""
+    agent_dir(agent=AGENT.format(concurrency=8), script=SCRIPT, tools={"slow_tools": SLOW_TOOLS})
+    log = tmp_path / "calls.log"
+    proc = hango_cli("run", "--agent", "agent.toml", "go", env=NO_REPAIR)
+    async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}") as store:
+        # Killed once note b's result (and count) is saved, while slow still runs.
+        for _ in range(400):
+            assert proc.poll() is None, proc.communicate()
+            runs = await store.list_runs(uuid.UUID(int=0))
+            if runs and runs[0].state:
+                counted = runs[0].state.get("private", {}).get("limits", {})
+                if counted.get("run", {}).get("tool_calls") == 2:
+                    break
+            await anyio.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        (run,) = await store.list_runs(uuid.UUID(int=0))
+        killed = await store.get_run(uuid.UUID(int=0), run.id)
+    limits = killed.state["private"]["limits"]
+    assert limits["run"]["tool_calls"] == 2
+    assert list(limits["running"].values()) == ["slow"]
+    (tmp_path / "fast").touch()
+    resumed = hango_cli("resume", "--force", str(run.id), env=NO_REPAIR)
+    out, err = resumed.communicate(timeout=60)
+    assert resumed.returncode == 0, err
+    assert "Finished." in out
+
+    assert sorted(log.read_text().split()) == ["a", "b", "slow", "slow"]
+    async with await SqliteRunStore.open(f"sqlite:///{tmp_path / 'hango.db'}") as store:
+        done = await store.get_run(uuid.UUID(int=0), run.id)
+        messages = await store.load_messages(uuid.UUID(int=0), done.session_id)
+    results = [r for m in messages for r in m.tool_results]
+    assert [r.content for r in results[:3]] == ["noted a", "slept", "noted b"]
+    assert results[3].is_error and "limit of 3 tool calls per run" in results[3].content
+    counts = done.state["private"]["limits"]
+    assert (counts["run"]["model_calls"], counts["run"]["tool_calls"]) == (3, 3)
+    assert counts["running"] == {}

@@ -23,6 +23,7 @@ from hango import (
     ScriptedModel,
     TextBlock,
     Tool,
+    ToolCallFinished,
     ToolCallStarted,
     ToolResultBlock,
     ToolUseBlock,
@@ -345,7 +346,8 @@ async def test_cancel_mid_batch_then_resume_gives_the_provider_a_valid_history(
 ) -> None:
     log.clear()
     stack = [RepairToolCallsMiddleware(), Tools()]
-    async with agent_harness(tmp_path, turns=TURNS, stack=stack) as h:
+    # One at a time: fast 2 waits behind slow, so the cancel leaves it unrun.
+    async with agent_harness(tmp_path, turns=TURNS, stack=stack, max_tool_concurrency=1) as h:
         run_id = await cancel_in_slow(h)
         cancelled = await h.store.get_run(h.tenant_id, run_id)
         assert cancelled.status is RunStatus.CANCELLED
@@ -373,10 +375,46 @@ async def test_cancel_mid_batch_then_resume_gives_the_provider_a_valid_history(
 
 
 @pytest.mark.anyio
-async def test_the_repaired_history_is_saved_before_the_first_model_call(tmp_path: Path) -> None:
+async def test_cancel_mid_concurrent_batch_keeps_the_finished_results(tmp_path: Path) -> None:
+    """The batch runs at once: both fast calls finish while slow runs; the cancel cancels
+    slow (it never finishes) and keeps both results; the repair answers slow alone, and
+    nothing is run again."""
     log.clear()
     stack = [RepairToolCallsMiddleware(), Tools()]
     async with agent_harness(tmp_path, turns=TURNS, stack=stack) as h:
+        run = await h.start(h.agent, "go")
+        async with h.stream(run.id) as events:
+            finished_calls = 0
+            async for event in events:
+                if isinstance(event, ToolCallFinished):
+                    finished_calls += 1
+                    if finished_calls == 2:
+                        break
+        cancelled = await h.store.get_run(h.tenant_id, run.id)
+        assert cancelled.status is RunStatus.CANCELLED
+        saved = await h.store.load_messages(h.tenant_id, cancelled.session_id)
+        assert [r.content for r in saved[2].tool_results] == ["fast 1 done", "fast 2 done"]
+        model = RecordingModel(TURNS)
+        h.model = model
+        finished = await h.execute(run.id)
+    assert finished.status is RunStatus.COMPLETED
+    (request,) = model.requests
+    assert problems(request.messages) == []
+    calls = request.messages[1].tool_uses
+    assert request.messages[2].tool_results == (
+        ToolResultBlock(calls[0].id, "fast 1 done"),
+        interrupted(calls[1].id),
+        ToolResultBlock(calls[2].id, "fast 2 done"),
+    )
+    assert sorted(log) == ["fast 1", "fast 2", "slow started"]  # slow was cancelled, once
+
+
+@pytest.mark.anyio
+async def test_the_repaired_history_is_saved_before_the_first_model_call(tmp_path: Path) -> None:
+    log.clear()
+    stack = [RepairToolCallsMiddleware(), Tools()]
+    # One at a time: fast 2 waits behind slow, so the cancel leaves it unrun.
+    async with agent_harness(tmp_path, turns=TURNS, stack=stack, max_tool_concurrency=1) as h:
         run_id = await cancel_in_slow(h)
         h.model = ScriptedModel.from_turns([])  # the resumed run fails at its first model call
         finished = await h.execute(run_id)
@@ -395,7 +433,8 @@ async def test_a_new_run_after_a_cancelled_batch_starts_from_a_valid_history(
     answers the batch before that message, and the old calls are not run by the new run."""
     log.clear()
     stack = [RepairToolCallsMiddleware(), Tools()]
-    async with agent_harness(tmp_path, turns=TURNS, stack=stack) as h:
+    # One at a time: fast 2 waits behind slow, so the cancel leaves it unrun.
+    async with agent_harness(tmp_path, turns=TURNS, stack=stack, max_tool_concurrency=1) as h:
         first = await cancel_in_slow(h)
         session = (await h.store.get_run(h.tenant_id, first)).session_id
         model = RecordingModel([{"text": "unused"}, {"text": "Here is the next answer."}])

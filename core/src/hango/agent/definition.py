@@ -17,14 +17,26 @@
     server_tools = [                    # optional: Anthropic tool definitions, sent as written
         {type = "web_search_20250305", name = "web_search", max_uses = 3},
     ]
+    max_tool_concurrency = 8            # tool calls of one response running at once
+    sequential_tools = ["deploy"]       # tools that run alone, a barrier within their batch
+    output_strategy = "tool"            # optional: "native", "tool" or "prompted" (default:
+                                        # native where the model has it, else the tool)
+    output_retries = 2                  # invalid outputs the model may correct
+
+    [output_schema]                     # optional: the run returns a JSON object of this schema
+    type = "object"
+    properties = { city = { type = "string" } }
+    required = ["city"]
 
     [options.repeat_call]               # one table per middleware: its settings, validated by
     threshold = 4                       # the schema its plugin declares
 
 In Python an agent may hold objects instead of names: a ``Model`` as ``model``, ``Tool`` objects or
-plain typed functions in ``tools``, middleware objects in ``middleware``. Such an agent runs
-and resumes in the process that holds the objects; it cannot be queued for a worker elsewhere
-(``portable`` is False).
+plain typed functions in ``tools``, middleware objects in ``middleware``, and an ``output_type``
+(a pydantic model, dataclass or attrs class) instead of an ``output_schema``: its schema is what
+is stored, so the agent stays portable; only this process gets the typed value back. An agent
+holding any other object runs and resumes in the process that holds the objects; it cannot be
+queued for a worker elsewhere (``portable`` is False).
 """
 
 from __future__ import annotations
@@ -40,8 +52,10 @@ import attrs
 import jsonschema
 from attrs import field, frozen
 
+from hango.agent.output import OUTPUT_STRATEGIES, OutputSchemaError, check_schema
+from hango.agent.output import schema_of as _schema_of
 from hango.config import ConfigError
-from hango.provider.messages import TextBlock, ToolChoice
+from hango.provider.messages import OutputStrategy, TextBlock, ToolChoice
 from hango.provider.model import Model
 from hango.provider.select import model_from_spec
 from hango.tool.base import Tool
@@ -102,6 +116,12 @@ AGENT_SCHEMA: dict[str, Any] = {
                 "required": ["name"],
             },
         },
+        # A JSON Schema itself: checked as one (and as an object's) by ``_check_output``.
+        "output_schema": {"type": ["object", "null"]},
+        "output_strategy": {"anyOf": [{"enum": list(OUTPUT_STRATEGIES)}, {"type": "null"}]},
+        "output_retries": {"type": "integer", "minimum": 0},
+        "max_tool_concurrency": {"type": "integer", "minimum": 1},
+        "sequential_tools": {**_STRINGS, "uniqueItems": True},
     },
     "required": ["name", "model"],
     "additionalProperties": False,
@@ -165,8 +185,39 @@ class AgentDefinition:
     tool_choice: ToolChoice | None = field(default=None, converter=_tool_choice)
     parallel_tool_calls: bool | None = None
     server_tools: tuple[Mapping[str, Any], ...] = field(default=(), converter=tuple)
+    output_schema: Mapping[str, Any] | None = None
+    output_type: type | None = field(default=None, eq=False)
+    output_strategy: OutputStrategy | None = None
+    output_retries: int = 2
+    max_tool_concurrency: int = 8
+    sequential_tools: tuple[str, ...] = field(default=(), converter=tuple)
     #: Where the agent came from, for error messages (``agent file PATH``); not stored.
     source: str = field(default="", eq=False, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.output_schema is not None and self.output_type is not None:
+            raise AgentFileError(
+                f"agent {self.name!r}: give output_schema or output_type, not both"
+            )
+        schema = self.output_json_schema
+        if schema is not None:
+            try:
+                check_schema(schema)
+            except OutputSchemaError as exc:
+                what = "output_type" if self.output_type is not None else "output_schema"
+                raise AgentFileError(f"agent {self.name!r}: {what}: {exc}") from None
+
+    @property
+    def output_json_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema the run's output must validate against: ``output_schema``, or the
+        schema of ``output_type``; None for an agent that answers in prose. Raises
+        ``AgentFileError`` for an ``output_type`` pydantic cannot describe."""
+        if self.output_type is not None:
+            try:
+                return _schema_of(self.output_type)
+            except OutputSchemaError as exc:
+                raise AgentFileError(f"agent {self.name!r}: output_type: {exc}") from None
+        return None if self.output_schema is None else dict(self.output_schema)
 
     @property
     def label(self) -> str:
@@ -231,7 +282,12 @@ class AgentDefinition:
         error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(doc))
         if error is not None:
             raise AgentFileError(f"{source}: {error.json_path}: {error.message}")
-        return cls(**doc)
+        try:
+            return cls(**doc)
+        except AgentFileError as exc:
+            # The agent's own check names the field; the source names the file.
+            _, _, detail = str(exc).partition(": ")
+            raise AgentFileError(f"{source}: {detail}") from None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document stored with runs; a Python object is stored as its description
@@ -251,6 +307,12 @@ class AgentDefinition:
             "tool_choice": _tool_choice_json(self.tool_choice),
             "parallel_tool_calls": self.parallel_tool_calls,
             "server_tools": [dict(e) for e in self.server_tools],
+            # An output_type is stored as its schema: a worker validates the same output.
+            "output_schema": self.output_json_schema,
+            "output_strategy": self.output_strategy,
+            "output_retries": self.output_retries,
+            "max_tool_concurrency": self.max_tool_concurrency,
+            "sequential_tools": list(self.sequential_tools),
         }
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from attrs import frozen
 
@@ -96,7 +96,9 @@ class RunFinished:
     """``status`` is completed, failed or cancelled (or queued: stopped at a turn boundary by
     ``run_loop``'s ``stop``, to be continued; or suspended: waiting for the decisions in
     ``pending``); ``error`` says why a run failed; ``stop_reason`` is the last model call's;
-    ``usage`` sums this run's model calls, across resumes (``State.usage``)."""
+    ``usage`` sums this run's model calls, across resumes (``State.usage``). ``output`` is the
+    validated structured output of a completed run of an agent that declares one: an instance
+    of its ``output_type`` (in the process that holds the type), else the JSON object."""
 
     run_id: uuid.UUID
     status: RunStatus
@@ -104,6 +106,7 @@ class RunFinished:
     error: str | None
     usage: Usage
     pending: tuple[PendingAction, ...] = ()
+    output: Any = None
 
 
 RunEvent: TypeAlias = (

@@ -5,32 +5,46 @@ keeps the invariant that every tool_use in history has a result before the next 
 emits events, and calls ``checkpoint`` at every turn boundary and after every tool result, so a
 run stopped anywhere resumes from what was saved without re-running a call that finished.
 
-A run starts and resumes the same way: from its history. If the history ends with an assistant
-message whose calls lack results, that batch is finished first (only the missing calls run).
+``AgentLoop`` is one pass of a run, in named steps: ``resume_frontier`` (finish the batch a
+stopped run left), ``call_model``, ``run_batch``, ``checkpoint``. A run starts and resumes the
+same way: from its history. If the history ends with an assistant message whose calls lack
+results, that batch is finished first (only the missing calls run).
 
-What is sent is always a request a strict provider accepts: an assistant message with no
-content (an empty end_turn, which real models return) stays in the history, as the record of
-what the model said, but is never sent back, and neither is a blank text block. A tool call
-cut off by ``max_tokens`` is never executed: its arguments may be incomplete, so it is answered
-with an error result saying so.
+What is sent is always a request a strict provider accepts (``hango.agent.history``, kept up
+to date as the history grows rather than rebuilt per call). A tool call cut off by
+``max_tokens`` is never executed: its arguments may be incomplete, so it is answered with an
+error result saying so.
+
+The calls of one response run concurrently, at most ``max_tool_concurrency`` at a time; a
+sequential tool (``sequential=True`` or ``sequential_tools``) runs alone, as a barrier between
+the calls before and after it. The chain's code for the calls of a batch runs one call at a
+time (a lock, released while a tool itself runs), so a wrapper's read-modify-write of its
+state, a checkpoint and a paused call's undo never interleave with a sibling's; tools overlap.
+Results go into history in call order whenever they complete, each checkpointed at once.
+A tool that fails gets an error result and its siblings go on; cancelling the run cancels the
+running tools and keeps every result already saved (docs/explanation/concurrent-tools.md).
 
 A middleware may pause a call for a person's decision (``hango.agent.interrupts``). The call does
-not run and leaves no trace in the state; the batch's later calls do not run either, but are
-asked whether they would pause too; the loop then returns ``suspended`` with the questions in
-``state.interrupts``. Resumed with decisions, the batch goes on from the paused call.
+not run and leaves no trace in the state; calls of the batch already running finish, the later
+ones do not run but are asked whether they would pause too; the loop then returns
+``suspended`` with the questions in ``state.interrupts``. Resumed with decisions, the batch
+goes on from the paused call.
+
+An agent with an output schema ends its run with a validated output (``hango.agent.output``):
+an invalid one goes back to the model with the reason, up to ``output_retries`` times.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import anyio
 import attrs
 import jsonschema
-from attrs import frozen
+from attrs import field, frozen
 
 from hango import telemetry
 from hango.agent import spans
@@ -46,20 +60,34 @@ from hango.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
+from hango.agent.history import Sendable
 from hango.agent.interrupts.records import (
     Interrupt,
     InterruptError,
     PendingAction,
+    RanCall,
     StartedCall,
     argument_digest,
 )
 from hango.agent.interrupts.trace import raised
 from hango.agent.middleware import CallProgress, ModelRequest, ToolCallRequest
+from hango.agent.output import (
+    FINAL_ANSWER,
+    OutputCheck,
+    final_calls,
+    lower,
+    parse_text,
+    prefers_native,
+    strictable,
+)
 from hango.agent.state import State
 from hango.agent.storable import DEFAULT_MAX_RESULT_CHARS, storable_message, storable_result
 from hango.provider.events import ProviderRetry, StreamEvent
 from hango.provider.messages import (
+    JSON,
     Message,
+    OutputSpec,
+    OutputStrategy,
     Request,
     StopReason,
     TextBlock,
@@ -77,6 +105,13 @@ from hango.tool.registry import ToolView
 Emit = Callable[[Event], Awaitable[None]]
 Checkpoint = Callable[[State], Awaitable[None]]
 
+#: Tool calls of one response that run at once unless the agent says otherwise.
+DEFAULT_MAX_TOOL_CONCURRENCY = 8
+
+
+def _names(names: Collection[str]) -> frozenset[str]:
+    return frozenset(names)
+
 
 @frozen
 class LoopSettings:
@@ -84,7 +119,14 @@ class LoopSettings:
     system blocks, the turn limit (model calls per run), ``max_tokens`` per call, and the
     request's tool options (``Request.tool_choice``, ``parallel_tool_calls``, ``server_tools``),
     which a middleware may still change per call, and the characters of a tool result kept in
-    history (``storable_result``)."""
+    history (``storable_result``).
+
+    ``output_schema`` (a JSON Schema object) makes the run end with a validated output, asked
+    for by ``output_strategy`` (None: native when the model has it, else the final-answer
+    tool); ``output_type`` structures it (and runs its validators); ``output_retries`` is how
+    many invalid outputs the model may correct. ``max_tool_concurrency`` calls of a batch run
+    at once; tools named in ``sequential_tools`` run alone.
+    """
 
     model: str
     system: tuple[TextBlock, ...] = ()
@@ -94,15 +136,25 @@ class LoopSettings:
     parallel_tool_calls: bool | None = None
     server_tools: tuple[Mapping[str, Any], ...] = ()
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    output_schema: Mapping[str, Any] | None = None
+    output_strategy: OutputStrategy | None = None
+    output_type: type | None = None
+    output_retries: int = 2
+    max_tool_concurrency: int = DEFAULT_MAX_TOOL_CONCURRENCY
+    sequential_tools: frozenset[str] = field(default=frozenset(), converter=_names)
 
 
 @frozen
 class LoopOutcome:
+    """How a pass ended. ``output`` is the run's validated output (an ``output_type``
+    instance, or its JSON) when it completed with one."""
+
     status: RunStatus
     stop_reason: StopReason | None
     error: str | None
     usage: Usage
     turns: int
+    output: Any = None
 
 
 class _Validators:
@@ -165,26 +217,6 @@ class _Attempts:
         return self.streamed and response.message != self.kept
 
 
-def _sendable(messages: list[Message]) -> tuple[Message, ...]:
-    """The history as sent: without blank text blocks and without messages left empty.
-
-    Providers reject both (Anthropic: "all messages must have non-empty content"); an empty
-    message carries nothing for the model, and the user messages around a dropped assistant
-    message are merged by the provider. Untouched messages are sent as the same objects.
-    """
-    out: list[Message] = []
-    for m in messages:
-        if any(_blank(b) for b in m.content):
-            m = Message(m.role, tuple(b for b in m.content if not _blank(b)))
-        if m.content:
-            out.append(m)
-    return tuple(out)
-
-
-def _blank(block: object) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
-
-
 _CUT_OFF = ToolResult(
     "This tool call was cut off by max_tokens before its arguments were complete, so it was "
     "not run. Call it again if you still need it.",
@@ -205,6 +237,16 @@ def _truncated(response: ModelResponse) -> ToolUseBlock | None:
 
 class _WouldRun(BaseException):
     """Raised by the innermost handler of a probe: no middleware paused the call."""
+
+
+class _SaveFailed(BaseException):
+    """A save made inside the innermost tool handler failed (the database is away, the lease
+    lost). Carried through the chain, which would turn an ``Exception`` there into the tool's
+    error result, to the loop, which raises ``error``: the run stops, the tool did not fail."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def pending_calls(messages: list[Message]) -> tuple[ToolUseBlock, ...]:
@@ -228,9 +270,11 @@ def held_calls(state: State) -> frozenset[str]:
     """Ids of the calls a resumed run finishes itself, which a history repair must leave
     unanswered: the unfinished calls of a batch suspended for decisions, and every call that
     started without a saved result (its outcome is unknown; only the loop may decide what
-    happens to it)."""
-    held = set(state.interrupts.started)
-    if state.interrupts.pending:
+    happens to it) or whose body returned a result not saved in the history yet (the loop
+    answers it with that result), and the unfinished calls of a batch a step boundary ended
+    a pass in."""
+    held = set(state.interrupts.started) | set(state.interrupts.ran)
+    if state.interrupts.pending or state.interrupts.stepped:
         held.update(c.id for c in pending_calls(state.messages))
     return frozenset(held)
 
@@ -245,45 +289,320 @@ def turns_taken(messages: list[Message]) -> int:
     return sum(1 for m in messages if m.role == "assistant")
 
 
-async def run_loop(
-    state: State,
-    *,
-    chain: Chain,
-    model: Model,
-    view: ToolView,
-    settings: LoopSettings,
-    emit: Emit,
-    checkpoint: Checkpoint,
-    stop: anyio.Event | None = None,
-) -> LoopOutcome:
-    """Run ``state`` to the end of the agent's turn.
+_ACCEPTED = ToolResult("Final answer accepted.")
+_NOT_USED = ToolResult(
+    "Not used: an earlier final_answer call in this response was taken.", is_error=True
+)
+_NOT_RUN = ToolResult("Not run: the run ended because its output stayed invalid.", is_error=True)
 
-    Turns are counted from the run's own prompt in the history (``turns_taken``), so a resumed
-    run keeps its ``max_turns`` budget. ``stop``, once set, ends the loop at the next turn
-    boundary (after a tool batch, all its results saved) with status ``queued``: the run is
-    whole and another process can continue it (a worker's SIGTERM).
 
-    Returns the outcome. Exceptions from the model (``ModelError``) or a middleware propagate
-    to the caller, after the last checkpoint.
+class _Start:
+    """The turn of one call of a concurrent batch: it begins once the call before it
+    (``prev``) is under way (its tool runs, or it ended without one), so the chain sees the
+    calls in call order on asyncio and trio alike; ``fire`` lets the next one begin."""
+
+    __slots__ = ("_event", "fired", "prev")
+
+    def __init__(self, prev: _Start | None = None) -> None:
+        self.prev = prev
+        self.fired = False
+        self._event: anyio.Event | None = None  # made only when a successor has to wait
+
+    async def wait_turn(self) -> None:
+        prev, self.prev = self.prev, None
+        if prev is not None and not prev.fired:
+            if prev._event is None:
+                prev._event = anyio.Event()
+            await prev._event.wait()
+
+    def fire(self) -> None:
+        if not self.fired:
+            self.fired = True
+            if self._event is not None:
+                self._event.set()
+
+
+async def _take(semaphore: anyio.Semaphore) -> None:
+    """Acquire ``semaphore``, without a trip through the event loop when it is free (a batch
+    of instant calls would otherwise pay one per acquire)."""
+    try:
+        semaphore.acquire_nowait()
+    except anyio.WouldBlock:
+        await semaphore.acquire()
+
+
+class _Batch:
+    """One tool batch in progress: ``lock`` serializes the chain's code, the checkpoints and
+    the pauses of its calls (released while a tool runs), ``limiter`` caps the calls running
+    at once, ``paused`` collects the questions asked, ``current`` is the start of the call
+    whose chain is running up to its tool."""
+
+    __slots__ = ("current", "limiter", "lock", "paused")
+
+    def __init__(self, concurrency: int) -> None:
+        # A semaphore, not a Lock: a wrapper may run ``next`` in a task of its own, and a
+        # Lock may only be released by the task that took it.
+        self.lock = anyio.Semaphore(1)
+        self.limiter = anyio.Semaphore(concurrency)
+        self.paused: list[PendingAction] = []
+        self.current = _Start()
+
+
+class AgentLoop:
+    """One pass of a run over ``state``: the steps ``resume_frontier``, ``call_model``,
+    ``run_batch`` and ``checkpoint``, driven by ``run``.
+
+    ``chain`` wraps every model and tool call, ``model`` answers, ``view`` is the agent's
+    tools (the chain's tool providers add theirs per turn), ``emit`` receives the events and
+    ``checkpoint`` saves the state; ``stop``, once set, ends the pass at the next turn
+    boundary (status ``queued``). ``step_done`` is called after each step is saved (a model
+    response, one tool call's result); once it returns True the pass ends there with status
+    ``running`` (the execution seam, ``hango.run.step``, which runs a limited pass's batches
+    one call at a time).
     """
-    validators = _Validators()
-    usage = Usage()
-    stop_reason: StopReason | None = None
-    attempts = _Attempts()
 
-    model_attributes = spans.model_attributes(model)
+    def __init__(
+        self,
+        state: State,
+        *,
+        chain: Chain,
+        model: Model,
+        view: ToolView,
+        settings: LoopSettings,
+        emit: Emit,
+        checkpoint: Checkpoint,
+        stop: anyio.Event | None = None,
+        step_done: Callable[[], bool] | None = None,
+    ) -> None:
+        self.state = state
+        self.chain = chain
+        self.model = model
+        self.view = view
+        self.settings = settings
+        self.emit = emit
+        self._save = checkpoint
+        self.stop = stop
+        self._step_done = step_done
+        self._stepped = False  # ``step_done`` ended the pass
+        self._ran_here: set[str] = set()  # calls whose body returned in this pass
+        self.usage = Usage()
+        self.stop_reason: StopReason | None = None
+        self.turns = turns_taken(state.messages)
+        self._validators = _Validators()
+        self._attempts = _Attempts()
+        self._model_attributes = spans.model_attributes(model)
+        self._history = Sendable(state.messages)
+        self._batch: _Batch | None = None
+        self._output: OutputSpec | None = None
+        self._check: OutputCheck | None = None
+        if settings.output_schema is not None:
+            schema = settings.output_schema
+            strategy = settings.output_strategy or ("native" if prefers_native(model) else "tool")
+            self._output = OutputSpec(schema, strategy, strict=strictable(schema))
+            self._check = OutputCheck(schema, settings.output_type)
+        # The output spec of the latest model call as its innermost handler saw it (a wrapper
+        # may have rewritten or dropped it): what that call's answer is checked against.
+        self._asked: OutputSpec | None = None
 
-    async def call_model(mreq: ModelRequest) -> ModelResponse:
-        req, called, target = mreq.request, mreq.model, model_attributes
+    # -- the pass ----------------------------------------------------------------------------
+
+    async def run(self) -> LoopOutcome:
+        """Run to the end of the agent's turn; see ``run_loop``."""
+        # This pass goes on with the batch; should it end by a crash, nothing says it was stepped.
+        self.state.interrupts.stepped = False
+        outcome = await self.resume_frontier()
+        while outcome is None:
+            outcome = await self.turn()
+        return outcome
+
+    async def resume_frontier(self) -> LoopOutcome | None:
+        """Finish the batch the history ends with (a run stopped mid-batch or suspended), or
+        nothing; returns the outcome when the pass ends there."""
+        unfinished = pending_calls(self.state.messages)
+        if not unfinished:
+            return None
+        paused = await self.run_batch(unfinished, self.tools_now())
+        if self._stepped:
+            return self._step_ended()
+        if paused:
+            return self._ended(RunStatus.SUSPENDED)
+        await self.emit(TurnFinished(self.turns))
+        if self.state.output is not None:
+            # The final answer was taken before the batch's other calls were finished.
+            return self._completed()
+        return self._stopped()
+
+    async def turn(self) -> LoopOutcome | None:
+        """One model call and its tool batch; the outcome when the pass ends with it."""
+        settings, state = self.settings, self.state
+        if self.turns >= settings.max_turns:
+            return self._ended(RunStatus.FAILED, f"max_turns ({settings.max_turns}) reached")
+        tools = self.tools_now()
+        with telemetry.tracer.start_as_current_span(
+            "turn", attributes={telemetry.TURN: self.turns + 1}
+        ):
+            response = await self.call_model(tools)
+            calls = response.message.tool_uses
+            answered: dict[str, ToolResult] = {}
+            if (cut := _truncated(response)) is not None:
+                # Answered in the same save as the message, so no resume can ever run it.
+                answered[cut.id] = _CUT_OFF
+            asked = self._asked if self._check is not None else None
+            failed: str | None = None
+            if asked is not None and asked.strategy == "tool":
+                failed = self._final_answers(response, calls, answered)
+            if not calls and self.stop_reason is not StopReason.PAUSE_TURN:
+                if asked is None:
+                    self._step()  # the last step: the run ends here anyway
+                    # The runner saves this message together with the final status, atomically.
+                    return self._ended(RunStatus.COMPLETED)
+                failed = self._text_answer(response, asked)
+                if failed is None:
+                    self._step()
+                    return self._completed()
+            if failed is not None:
+                state.output_failures += 1
+                if state.output_failures > settings.output_retries:
+                    for call in calls:
+                        answered.setdefault(call.id, _NOT_RUN)
+                    self._answer(answered)
+                    return self._ended(
+                        RunStatus.FAILED,
+                        f"output invalid after {state.output_failures} attempts: {failed}",
+                    )
+                if not calls:
+                    state.messages.append(Message.user(_retry_text(failed, asked)))
+            self._answer(answered)
+            await self.checkpoint()
+            if self._step():
+                return self._step_ended()
+            paused = await self.run_batch(calls, tools, answered) if calls else []
+            if self._stepped:
+                return self._step_ended()
+            if paused:
+                return self._ended(RunStatus.SUSPENDED)
+            await self.emit(TurnFinished(self.turns))
+            if state.output is not None:
+                return self._completed()
+            return self._stopped()
+
+    def _answer(self, answered: Mapping[str, ToolResult]) -> None:
+        for call_id, result in answered.items():
+            block = ToolResultBlock(call_id, result.content, result.is_error)
+            _add_result(self.state.messages, block)
+
+    # -- structured output ---------------------------------------------------------------------
+
+    def _problem(self, value: JSON, response: ModelResponse) -> str | None:
+        assert self._check is not None
+        check, asked = self._check, self._asked
+        if asked is not None and asked.schema is not check.schema:
+            # A wrapper rewrote the schema for this call: the answer is held to what was asked.
+            check = OutputCheck(asked.schema, self.settings.output_type)
+        problem = check.problem(value)
+        if problem is None and response.output_error is not None:
+            problem = response.output_error
+        return problem
+
+    def _final_answers(
+        self,
+        response: ModelResponse,
+        calls: tuple[ToolUseBlock, ...],
+        answered: dict[str, ToolResult],
+    ) -> str | None:
+        """Answers the final-answer calls of ``response`` (the first valid one is taken, the
+        others are answered too, so the next request is valid); returns why none was valid,
+        None when one was taken or there was none. Other calls are left to the batch."""
+        finals = [c for c in final_calls(calls) if c.id not in answered]
+        if not finals:
+            return None  # no final answer yet (a prose one is ``_text_answer``'s)
+        problems: list[str] = []
+        for call in finals:
+            if self.state.output is not None:
+                answered[call.id] = _NOT_USED
+                continue
+            problem = (
+                "the arguments are not a JSON object"
+                if not isinstance(call.input, dict)
+                else self._problem(call.input, response)
+            )
+            if problem is None:
+                self.state.output = call.input
+                answered[call.id] = _ACCEPTED
+            else:
+                problems.append(problem)
+                answered[call.id] = error_result(
+                    "Invalid final answer: %s. Call %s again with corrected arguments.",
+                    problem,
+                    FINAL_ANSWER,
+                )
+        return None if self.state.output is not None else problems[0]
+
+    def _text_answer(self, response: ModelResponse, asked: OutputSpec) -> str | None:
+        """Takes the output in the text of a response without calls; returns why it is not
+        valid, or None when it was taken."""
+        if asked.strategy == "tool":
+            return f"the final answer must be given by calling the {FINAL_ANSWER} tool"
+        value, problem = parse_text(response.message.text)
+        if problem is None:
+            problem = self._problem(value, response)
+        if problem is None:
+            self.state.output = value
+        return problem
+
+    def _completed(self) -> LoopOutcome:
+        value = self.state.output
+        if self._check is not None and value is not None:
+            value = self._check.typed(value)
+        return attrs.evolve(self._ended(RunStatus.COMPLETED), output=value)
+
+    # -- the model -----------------------------------------------------------------------------
+
+    async def call_model(self, tools: Mapping[str, Tool]) -> ModelResponse:
+        """One model call through the chain with the history as sent and ``tools``; the
+        response is added to the history, its usage counted and ``MessageCompleted`` emitted."""
+        settings, state = self.settings, self.state
+        request = Request(
+            model=settings.model,
+            messages=self._history.view(state.messages),
+            system=settings.system,
+            tools=tuple(t.spec for t in tools.values()),
+            max_tokens=settings.max_tokens,
+            tool_choice=settings.tool_choice,
+            parallel_tool_calls=settings.parallel_tool_calls,
+            server_tools=settings.server_tools,
+            output=self._output,
+        )
+        response = await self.chain.model_call(
+            ModelRequest(request, state, model=self.model), self._stream
+        )
+        if self._attempts.discarded_by(response):
+            await self.emit(AttemptDiscarded(self.turns + 1))
+        self._attempts.start()
+        response = attrs.evolve(response, message=storable_message(response.message))
+        self.turns += 1
+        self.usage += response.usage
+        state.usage += response.usage
+        self.stop_reason = response.stop_reason
+        state.messages.append(response.message)
+        await self.emit(MessageCompleted(response.message, response.stop_reason, response.usage))
+        return response
+
+    async def _stream(self, mreq: ModelRequest) -> ModelResponse:
+        """The innermost model handler: streams the (lowered) request from the model."""
+        req, called, target = mreq.request, mreq.model, self._model_attributes
+        self._asked = req.output
+        req = lower(req)
         if called is None:
-            called = model
-        elif called is not model:
+            called = self.model
+        elif called is not self.model:
             # A wrapper swapped the model for this call: the request and the chat span name
             # the model actually called (its class when it has no name: never the run's).
             target = spans.model_attributes(called)
             req = attrs.evolve(req, model=getattr(called, "name", None) or type(called).__name__)
+        attempts = self._attempts
         if attempts.start():
-            await emit(AttemptDiscarded(turns + 1))
+            await self.emit(AttemptDiscarded(self.turns + 1))
         with spans.chat_span(req, target) as chat:
             acc = Accumulator()
             async with _closing(called.stream(req)) as stream:
@@ -291,13 +610,190 @@ async def run_loop(
                     acc.add(event)
                     # A provider's retry notice is not part of what the attempt said.
                     attempts.streamed = attempts.streamed or type(event) is not ProviderRetry
-                    await emit(event)
+                    await self.emit(event)
             response = acc.response()
             attempts.kept = response.message
             chat.finished(response)
             return response
 
-    async def execute(treq: ToolCallRequest) -> ToolResult:
+    # -- tools ---------------------------------------------------------------------------------
+
+    def tools_now(self) -> dict[str, Tool]:
+        """The run's tools by name: the agent's, then each tool provider's."""
+        tools = {t.spec.name: t for t in self.view}
+        for t in self.chain.tools(self.state):
+            if t.spec.name in tools:
+                raise ValueError(f"two tools are named {t.spec.name!r}")
+            tools[t.spec.name] = t
+        if FINAL_ANSWER in tools and self._output is not None and self._output.strategy == "tool":
+            raise ValueError(
+                f"a tool is named {FINAL_ANSWER!r}, the name of the agent's output tool; "
+                "rename the tool"
+            )
+        return tools
+
+    def _sequential(self, call: ToolUseBlock, tools: Mapping[str, Tool]) -> bool:
+        if call.name in self.settings.sequential_tools:
+            return True
+        return bool(getattr(tools.get(call.name), "sequential", False))
+
+    async def run_batch(
+        self,
+        calls: tuple[ToolUseBlock, ...],
+        tools: Mapping[str, Tool],
+        answered: Mapping[str, ToolResult] | None = None,
+    ) -> list[PendingAction]:
+        """Run ``calls``, concurrently up to ``max_tool_concurrency``, a sequential tool alone;
+        returns the questions the batch paused on (none: done). A call in ``answered`` already
+        has its result in the history and is only reported."""
+        batch = self._batch = _Batch(self.settings.max_tool_concurrency)
+        try:
+            for group in _groups(calls, lambda c: self._sequential(c, tools)):
+                if len(group) == 1 or self.settings.max_tool_concurrency == 1:
+                    for call in group:
+                        await self._one(call, tools, batch, answered, _Start())
+                        if self._stepped:
+                            return batch.paused
+                    continue
+                limited = len(group) > self.settings.max_tool_concurrency
+                try:
+                    async with anyio.create_task_group() as tg:
+                        turn: _Start | None = None
+                        for call in group:
+                            turn = _Start(turn)
+                            tg.start_soon(self._one, call, tools, batch, answered, turn, limited)
+                except BaseExceptionGroup as failure:
+                    # A tool's own failure is its error result, so this is a middleware's
+                    # or the store's: the caller gets it as from a call run alone.
+                    raise _first(failure) from None
+        finally:
+            self._batch = None
+            # Per-batch data must not leak into the next batch or a resumed run.
+            self.state.scratch.clear()
+        return batch.paused
+
+    async def _one(
+        self,
+        call: ToolUseBlock,
+        tools: Mapping[str, Tool],
+        batch: _Batch,
+        answered: Mapping[str, ToolResult] | None,
+        start: _Start,
+        limited: bool = False,
+    ) -> None:
+        """One call of ``batch``: run it, or, after a pause in the batch, ask whether it would
+        pause too (putting every question of the batch in one round of decisions).
+        ``limited``: the batch has more calls than may run at once (take the limiter)."""
+        try:
+            await start.wait_turn()
+            if not limited:
+                await self._call_in_batch(call, tools, batch, answered, start)
+                return
+            await _take(batch.limiter)
+            try:
+                await self._call_in_batch(call, tools, batch, answered, start)
+            finally:
+                batch.limiter.release()
+        finally:
+            start.fire()
+
+    async def _call_in_batch(
+        self,
+        call: ToolUseBlock,
+        tools: Mapping[str, Tool],
+        batch: _Batch,
+        answered: Mapping[str, ToolResult] | None,
+        start: _Start,
+    ) -> None:
+        if answered and call.id in answered:
+            await self.emit(ToolCallStarted(call))
+            await self.emit(ToolCallFinished(call, answered[call.id]))
+            return
+        await _take(batch.lock)
+        try:
+            await self._locked(call, tools, batch, start)
+        finally:
+            batch.lock.release()
+
+    async def _locked(
+        self, call: ToolUseBlock, tools: Mapping[str, Tool], batch: _Batch, start: _Start
+    ) -> None:
+        """The call, with the batch lock held (released while its tool runs)."""
+        state = self.state
+        batch.current = start
+        if batch.paused:
+            pause = await self._would_pause(call, tools)
+            if pause is not None:
+                state.interrupts.ask(pause.action)
+                batch.paused.append(pause.action)
+                await self.emit(InterruptRaised(pause.action))
+            return
+        await self.emit(ToolCallStarted(call))
+        todos_before = state.todos
+        outcome = await self._run_call(call, tools)
+        if isinstance(outcome, Interrupt):
+            state.interrupts.ask(outcome.action)
+            batch.paused.append(outcome.action)
+            await self.emit(InterruptRaised(outcome.action))
+            return
+        content = storable_result(outcome.content, self.settings.max_result_chars)
+        _add_result(state.messages, ToolResultBlock(call.id, content, outcome.is_error))
+        state.interrupts.finish(call.id)
+        await self.checkpoint()
+        await self.emit(ToolCallFinished(call, outcome))
+        if state.todos is not todos_before:
+            telemetry.record_todos(t.status for t in state.todos)
+            await self.emit(TodosUpdated(tuple(state.todos)))
+        self._step()
+
+    async def _run_call(
+        self, call: ToolUseBlock, tools: Mapping[str, Tool]
+    ) -> ToolResult | Interrupt:
+        scope = CallProgress(tools)
+        # Exact: the batch lock is held from here to a pause (a pause comes before the tool
+        # runs, and the lock is released only while it runs).
+        undo = _Undo(self.state)
+        with spans.tool_span(call) as span:
+            try:
+                result = await self.chain.tool_call(
+                    ToolCallRequest(call, tools.get(call.name), self.state, progress=scope),
+                    self._execute,
+                )
+            except Interrupt as pause:
+                undo()
+                _check_pause(pause, scope)
+                raised(pause.action)
+                return pause
+            except _SaveFailed as failed:
+                raise failed.error from None
+            if result.is_error:
+                # An error often quotes what failed: a key or token must not reach the
+                # history, the model or the caller.
+                result = ToolResult(redact_secrets(result.content), is_error=True)
+            span.finished(result)
+        return result
+
+    async def _would_pause(self, call: ToolUseBlock, tools: Mapping[str, Tool]) -> Interrupt | None:
+        # The chain runs as for the call itself, but its innermost handler stops before the
+        # tool; whatever the chain did to the state is undone.
+        undo = _Undo(self.state)
+        probe = ToolCallRequest(
+            call, tools.get(call.name), self.state, progress=CallProgress(tools, probe=True)
+        )
+        try:
+            await self.chain.tool_call(probe, self._execute)
+        except Interrupt as pause:
+            raised(pause.action)
+            return pause
+        except _WouldRun:
+            pass
+        finally:
+            undo()
+        return None
+
+    async def _execute(self, treq: ToolCallRequest) -> ToolResult:
+        """The innermost tool handler: checks the arguments, records a start that must
+        survive a crash, and runs the tool with the batch lock released."""
         call, tool, scope = treq.call, treq.tool, treq.progress
         if scope.probe:
             raise _WouldRun
@@ -308,14 +804,20 @@ async def run_loop(
                 "arguments for tool %r are not a JSON object: %.200s", call.name, call.input
             )
         try:
-            problem = validators.error(tool.spec, call.input)
+            problem = self._validators.error(tool.spec, call.input)
             # A copy: a tool that keeps or mutates its arguments must not change the history.
             arguments = copy.deepcopy(call.input)
         except RecursionError:
             return error_result("arguments for tool %r nest too deeply to be used", call.name)
         if problem is not None:
             return error_result("invalid arguments for tool %r: %s", call.name, problem)
-        book = state.interrupts
+        book = self.state.interrupts
+        digest = argument_digest(call.name, call.input)
+        ran = book.ran.get(call.id)
+        if ran is not None and ran.digest == digest and call.id not in self._ran_here:
+            # Its body returned in a pass that stopped before the result was saved: never
+            # run it again (a wrapper's own retry within this pass is not affected).
+            return ToolResult(ran.content, ran.is_error)
         started = book.started.get(call.id)
         if started is not None and not (scope.decided or scope.started):
             # Started by a pass that stopped before saving its result: no one decided to
@@ -324,164 +826,146 @@ async def run_loop(
         if scope.decided or not getattr(tool, "idempotent", True):
             # Saved before it runs: a resumed run must know this call may have taken effect,
             # and the decision it runs on is used up.
-            book.start(call.id, call.name, argument_digest(call.name, call.input))
+            book.start(call.id, call.name, digest)
             scope.started = True
-            await checkpoint(state)
-        return await tool.call(arguments, ToolContext(treq.state, call))
-
-    async def run_call(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResult | Interrupt:
-        scope = CallProgress(tools)
-        undo = _Undo(state)
-        with spans.tool_span(call) as span:
+            await self._save_in_call()
+        ctx = ToolContext(treq.state, call)
+        batch = self._batch
+        if batch is None:
+            result = await tool.call(arguments, ctx)
+        else:
+            batch.current.fire()
+            batch.lock.release()
             try:
-                result = await chain.tool_call(
-                    ToolCallRequest(call, tools.get(call.name), state, progress=scope), execute
-                )
-            except Interrupt as pause:
-                undo()
-                _check_pause(pause, scope)
-                raised(pause.action)
-                return pause
-            if result.is_error:
-                # An error often quotes what failed: a key or token must not reach the
-                # history, the model or the caller.
-                result = ToolResult(redact_secrets(result.content), is_error=True)
-            span.finished(result)
+                result = await tool.call(arguments, ctx)
+            finally:
+                # Shielded: a cancelled call must hold the lock again before its chain unwinds.
+                with anyio.CancelScope(shield=True):
+                    await _take(batch.lock)
+        # Saved before any wrapper sees it: a wrapper failing after ``next`` returned (or a
+        # crash) must not make the resumed run call the body a second time.
+        content = storable_result(result.content, self.settings.max_result_chars)
+        book.ran_body(call.id, RanCall.of(call.name, digest, content, result.is_error))
+        self._ran_here.add(call.id)
+        await self._save_in_call()
         return result
 
-    async def would_pause(call: ToolUseBlock, tools: Mapping[str, Tool]) -> Interrupt | None:
-        # The chain runs as for the call itself, but its innermost handler stops before the
-        # tool; whatever the chain did to the state is undone.
-        undo = _Undo(state)
-        probe = ToolCallRequest(
-            call, tools.get(call.name), state, progress=CallProgress(tools, probe=True)
-        )
+    # -- saving and ending ---------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Save the state (the runner's ``checkpoint``)."""
+        await self._save(self.state)
+
+    async def _save_in_call(self) -> None:
+        """``checkpoint`` from inside the innermost tool handler: a failure is carried to the
+        loop (``_SaveFailed``) instead of becoming the tool's error result."""
         try:
-            await chain.tool_call(probe, execute)
-        except Interrupt as pause:
-            raised(pause.action)
-            return pause
-        except _WouldRun:
-            pass
-        finally:
-            undo()
-        return None
+            await self.checkpoint()
+        except Exception as exc:
+            raise _SaveFailed(exc) from exc
 
-    async def run_batch(
-        calls: tuple[ToolUseBlock, ...],
-        tools: Mapping[str, Tool],
-        answered: Mapping[str, ToolResult] | None = None,
-    ) -> list[PendingAction]:
-        """Run ``calls`` in order; returns the questions the batch paused on (none: done). A
-        call in ``answered`` already has its result in the history and is only reported."""
-        paused: list[PendingAction] = []
-        for call in calls:
-            if answered and call.id in answered:
-                await emit(ToolCallStarted(call))
-                await emit(ToolCallFinished(call, answered[call.id]))
-                continue
-            if paused:
-                # A call before this one waits for a decision, so this one does not run yet;
-                # asking whether it would pause too puts every question of the batch in one
-                # round of decisions.
-                pause = await would_pause(call, tools)
-            else:
-                await emit(ToolCallStarted(call))
-                todos_before = state.todos
-                outcome = await run_call(call, tools)
-                if isinstance(outcome, ToolResult):
-                    result = outcome
-                    content = storable_result(result.content, settings.max_result_chars)
-                    block = ToolResultBlock(call.id, content, result.is_error)
-                    _add_result(state.messages, block)
-                    state.interrupts.finish(call.id)
-                    await checkpoint(state)
-                    await emit(ToolCallFinished(call, result))
-                    if state.todos is not todos_before:
-                        telemetry.record_todos(t.status for t in state.todos)
-                        await emit(TodosUpdated(tuple(state.todos)))
-                    continue
-                pause = outcome
-            if pause is not None:
-                state.interrupts.ask(pause.action)
-                paused.append(pause.action)
-                await emit(InterruptRaised(pause.action))
-        # Per-batch data must not leak into the next batch or a resumed run.
-        state.scratch.clear()
-        return paused
+    def _step(self) -> bool:
+        """A step was saved: True when ``step_done`` ends the pass here."""
+        if self._step_done is not None and self._step_done():
+            self._stepped = True
+        return self._stepped
 
-    def tools_now() -> dict[str, Tool]:
-        tools = {t.spec.name: t for t in view}
-        for t in chain.tools(state):
-            if t.spec.name in tools:
-                raise ValueError(f"two tools are named {t.spec.name!r}")
-            tools[t.spec.name] = t
-        return tools
+    def _step_ended(self) -> LoopOutcome:
+        # Saved as it is: the next step (any process) goes on from here, with the batch.
+        self.state.interrupts.stepped = bool(pending_calls(self.state.messages))
+        return self._ended(RunStatus.RUNNING)
 
-    def suspended() -> LoopOutcome:
-        # The runner saves the questions with the history and this status, in one save.
-        return LoopOutcome(RunStatus.SUSPENDED, stop_reason, None, usage, turns)
+    def _ended(self, status: RunStatus, error: str | None = None) -> LoopOutcome:
+        # A suspended run: the runner saves the questions with the history and this status,
+        # in one save.
+        return LoopOutcome(status, self.stop_reason, error, self.usage, self.turns)
 
-    def stopped() -> LoopOutcome | None:
-        if stop is None or not stop.is_set():
+    def _stopped(self) -> LoopOutcome | None:
+        if self.stop is None or not self.stop.is_set():
             return None
-        return LoopOutcome(RunStatus.QUEUED, stop_reason, None, usage, turns)
+        return self._ended(RunStatus.QUEUED)
 
-    turns = turns_taken(state.messages)
-    unfinished = pending_calls(state.messages)
-    if unfinished:
-        if await run_batch(unfinished, tools_now()):
-            return suspended()
-        await emit(TurnFinished(turns))
-        if outcome := stopped():
-            return outcome
-    while True:
-        if turns >= settings.max_turns:
-            return LoopOutcome(
-                RunStatus.FAILED,
-                stop_reason,
-                f"max_turns ({settings.max_turns}) reached",
-                usage,
-                turns,
-            )
-        tools = tools_now()
-        request = Request(
-            model=settings.model,
-            messages=_sendable(state.messages),
-            system=settings.system,
-            tools=tuple(t.spec for t in tools.values()),
-            max_tokens=settings.max_tokens,
-            tool_choice=settings.tool_choice,
-            parallel_tool_calls=settings.parallel_tool_calls,
-            server_tools=settings.server_tools,
-        )
-        with telemetry.tracer.start_as_current_span("turn", attributes={telemetry.TURN: turns + 1}):
-            response = await chain.model_call(ModelRequest(request, state, model=model), call_model)
-            if attempts.discarded_by(response):
-                await emit(AttemptDiscarded(turns + 1))
-            attempts.start()
-            response = attrs.evolve(response, message=storable_message(response.message))
-            turns += 1
-            usage += response.usage
-            state.usage += response.usage
-            stop_reason = response.stop_reason
-            state.messages.append(response.message)
-            await emit(MessageCompleted(response.message, response.stop_reason, response.usage))
-            calls = response.message.tool_uses
-            if not calls and stop_reason is not StopReason.PAUSE_TURN:
-                # The runner saves this message together with the final status, atomically.
-                return LoopOutcome(RunStatus.COMPLETED, stop_reason, None, usage, turns)
-            answered: dict[str, ToolResult] = {}
-            if (cut := _truncated(response)) is not None:
-                # Answered in the same save as the message, so no resume can ever run it.
-                answered[cut.id] = _CUT_OFF
-                _add_result(state.messages, ToolResultBlock(cut.id, _CUT_OFF.content, True))
-            await checkpoint(state)
-            if calls and await run_batch(calls, tools, answered):
-                return suspended()
-            await emit(TurnFinished(turns))
-            if outcome := stopped():
-                return outcome
+
+def _retry_text(problem: str, asked: OutputSpec | None) -> str:
+    how = (
+        f"Call the {FINAL_ANSWER} tool with your answer."
+        if asked is not None and asked.strategy == "tool"
+        else "Reply again with only the JSON object."
+    )
+    return f"Your final answer was not accepted: {problem}. {how}"
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception that failed a batch: the first leaf that is not the cancellation it
+    caused in the siblings."""
+    cancelled = anyio.get_cancelled_exc_class()
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    return next((e for e in leaves if not isinstance(e, cancelled)), leaves[0])
+
+
+def _groups(
+    calls: tuple[ToolUseBlock, ...], sequential: Callable[[ToolUseBlock], bool]
+) -> list[list[ToolUseBlock]]:
+    """``calls`` cut into the runs of calls that may overlap; a sequential call is a group of
+    its own, so it runs after everything before it and before everything after it."""
+    groups: list[list[ToolUseBlock]] = []
+    open_group: list[ToolUseBlock] | None = None
+    for call in calls:
+        if sequential(call):
+            groups.append([call])
+            open_group = None
+        else:
+            if open_group is None:
+                open_group = []
+                groups.append(open_group)
+            open_group.append(call)
+    return groups
+
+
+async def run_loop(
+    state: State,
+    *,
+    chain: Chain,
+    model: Model,
+    view: ToolView,
+    settings: LoopSettings,
+    emit: Emit,
+    checkpoint: Checkpoint,
+    stop: anyio.Event | None = None,
+    step_done: Callable[[], bool] | None = None,
+) -> LoopOutcome:
+    """Run ``state`` to the end of the agent's turn (``AgentLoop(...).run()``).
+
+    Turns are counted from the run's own prompt in the history (``turns_taken``), so a resumed
+    run keeps its ``max_turns`` budget. ``stop``, once set, ends the loop at the next turn
+    boundary (after a tool batch, all its results saved) with status ``queued``: the run is
+    whole and another process can continue it (a worker's SIGTERM). ``step_done``: see
+    ``AgentLoop``.
+
+    Returns the outcome. Exceptions from the model (``ModelError``) or a middleware propagate
+    to the caller, after the last checkpoint.
+    """
+    loop = AgentLoop(
+        state,
+        chain=chain,
+        model=model,
+        view=view,
+        settings=settings,
+        emit=emit,
+        checkpoint=checkpoint,
+        stop=stop,
+        step_done=step_done,
+    )
+    return await loop.run()
 
 
 class _Undo:

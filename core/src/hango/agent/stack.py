@@ -30,6 +30,10 @@ STACK_ORDER: tuple[str, ...] = (
     "filesystem",
     # Sub-agents are tools; they sit outside the history-shaping middlewares below.
     "subagent",
+    # MCP servers' tools: a tool provider like subagent, outside everything that wraps tool
+    # calls (repeat detection, budgets, the agent's wrappers, approval, retry, the allowlist),
+    # so an MCP tool is gated, counted and filtered like any other tool.
+    "mcp",
     # Summarization after filesystem, so it summarises already-offloaded results.
     "summarization",
     # Repair runs before anything reads history, so every later hook sees a valid history.

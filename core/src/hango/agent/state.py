@@ -60,7 +60,9 @@ class State:
     as it completes, so it is saved with every checkpoint, kept by a run that fails and summed
     across resumes. ``interrupts`` holds the run's pending actions, decisions and started
     calls (``hango.agent.interrupts``). ``scratch`` is per-batch working data: the loop clears it
-    after every tool batch and it is never persisted.
+    after every tool batch and it is never persisted. ``output`` is the run's validated
+    structured output (a JSON object; None until one is taken) and ``output_failures`` how
+    many invalid ones the model gave, so a resumed run keeps its ``output_retries`` budget.
     """
 
     run_id: uuid.UUID
@@ -73,6 +75,8 @@ class State:
     usage: Usage = field(factory=Usage)
     interrupts: InterruptBook = field(factory=InterruptBook)
     scratch: dict[str, Any] = field(factory=dict)
+    output: JSON = None
+    output_failures: int = 0
 
 
 class StateError(Exception):
@@ -190,6 +194,9 @@ def _tail(state: State) -> dict[str, JSON]:
     return {
         "usage": CONVERTER.unstructure(state.usage),
         "interrupts": CONVERTER.unstructure(state.interrupts),
+        # Absent until a run has an output: documents of runs without one stay as they were.
+        **({} if state.output is None else {"output": state.output}),
+        **({} if not state.output_failures else {"output_failures": state.output_failures}),
     }
 
 
@@ -297,6 +304,8 @@ class _Document:
     private: dict[str, Any] = field(factory=dict)
     usage: Usage = field(factory=Usage)  # absent from documents written before it was kept
     interrupts: InterruptBook = field(factory=InterruptBook)
+    output: Any = None
+    output_failures: int = 0
 
 
 def load_state(doc: JSON) -> State:
@@ -340,6 +349,8 @@ def load_state(doc: JSON) -> State:
         private=dict(parsed.private),
         usage=parsed.usage,
         interrupts=parsed.interrupts,
+        output=parsed.output,
+        output_failures=parsed.output_failures,
     )
 
 
@@ -407,3 +418,58 @@ def session_scoped(middlewares: Iterable[Any]) -> frozenset[str]:
     return frozenset(
         m.name for m in middlewares if getattr(type(m), "state_scope", "run") == "session"
     )
+
+
+#: The private-state key that holds tool narrowings: the ``tool_allowlist`` middleware's own,
+#: which enforces them (the innermost slot, so no other middleware can widen one).
+NARROWING_KEY: Final = "tool_allowlist"
+
+
+@frozen
+class _Narrowings:
+    # Narrowing middleware name -> the tool names it leaves visible and callable.
+    narrowed_by: dict[str, list[str]] = field(factory=dict)
+
+
+def _narrowings(state: State) -> _Narrowings:
+    raw = state.private.get(NARROWING_KEY)
+    if raw is None:
+        return _Narrowings()
+    try:
+        return CONVERTER.structure(json_value(raw), _Narrowings)
+    except Exception as exc:
+        path, detail = _first_error(exc, "$")
+        raise StateError(NARROWING_KEY, path, detail) from exc
+
+
+def narrow_tools(state: State, by: str, tools: Collection[str] | None) -> None:
+    """Narrow the tools of this run to ``tools`` on behalf of middleware ``by`` (``None``
+    lifts ``by``'s narrowing).
+
+    While a narrowing is set, the ``tool_allowlist`` middleware shows the model only the tools
+    every narrowing names (and the agent's ``tool_allowlist`` allows) and refuses a call to any
+    other, whatever the middlewares outside it add. A narrowing belongs to the run: it is saved
+    with the run's state, so a resumed run keeps it. Raises ``StateError`` when the stored
+    narrowings are malformed.
+    """
+    current = _narrowings(state)
+    narrowed = dict(current.narrowed_by)
+    if tools is None:
+        narrowed.pop(by, None)
+    else:
+        narrowed[by] = sorted(set(tools))
+    if narrowed:
+        store_private(state, NARROWING_KEY, _Narrowings(narrowed))
+    else:
+        state.private.pop(NARROWING_KEY, None)
+
+
+def tool_narrowing(state: State) -> tuple[frozenset[str] | None, tuple[str, ...]]:
+    """The tools this run is narrowed to (the intersection of every ``narrow_tools`` call in
+    force; ``None`` when there is none) and the names of the middlewares that narrowed it, in
+    name order. Raises ``StateError`` when the stored narrowings are malformed."""
+    narrowed = _narrowings(state).narrowed_by
+    if not narrowed:
+        return None, ()
+    allowed = frozenset.intersection(*(frozenset(names) for names in narrowed.values()))
+    return allowed, tuple(sorted(narrowed))

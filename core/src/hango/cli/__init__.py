@@ -32,6 +32,7 @@ from hango.agent.state import StateError
 from hango.config import Config, ConfigError, HangoWarning
 from hango.plugins import PluginError, make_plugin_manager
 from hango.provider.errors import ModelError, ModelSpecError, ScriptError
+from hango.run.engine import EngineError
 from hango.store import RunStore, StoreError, resolve_id
 from hango.store.base import IdKind
 
@@ -66,6 +67,7 @@ USER_ERRORS = (
     StoreError,
     PluginError,
     StateError,
+    EngineError,
     ValueError,
     OSError,
 )

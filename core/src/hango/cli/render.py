@@ -196,7 +196,9 @@ class Renderer:
         self._text = ""  # the text block being streamed
         self._todos: tuple[Todo, ...] = ()
         self._plan_shown = False  # the plan was printed in full (it then leaves the live area)
-        self._running: _Running | None = None
+        # The calls running now, by call id: a batch's calls run at once, each its spinner.
+        self._running: dict[str, _Running] = {}
+        self._concurrent = False  # the last result finished while a sibling still ran
 
     # -- the live area ---------------------------------------------------------------------
 
@@ -216,7 +218,7 @@ class Renderer:
     ) -> None:
         # Cut short (Ctrl-C, an error): keep what streamed, drop the spinner, leave the plan.
         self._end_text()
-        self._running = None
+        self._running.clear()
         if self._live is None:
             self._show_plan()
         if self._live is not None:
@@ -230,8 +232,7 @@ class Renderer:
             reserve = len(self._todos) + 3 if self._todos and not self._plan_shown else 2
             height = max(3, self.console.size.height - reserve)
             parts.append(_Tail(Markdown(self._text), height))
-        if self._running is not None:
-            parts.append(self._running)
+        parts.extend(self._running.values())
         if self._todos and not self._plan_shown:
             parts.append(checklist(self._todos))
         return Group(*parts)
@@ -321,13 +322,17 @@ class Renderer:
             case ToolCallStarted(call=call):
                 self._end_text()
                 self._print(tool_call_line(call), **_ONE_LINE)
-                self._running = _Running(call.name)
+                self._running[call.id] = _Running(call.name)
                 self._refresh()
-            case ToolCallFinished(result=result):
-                took = self._running.elapsed() if self._running is not None else None
-                self._running = None
+            case ToolCallFinished(call=call, result=result):
+                running = self._running.pop(call.id, None)
+                took = running.elapsed() if running is not None else None
                 self._refresh()
                 slow = took if took is not None and took >= SLOW_TOOL else None
+                if self._running or self._concurrent:
+                    # Calls overlap: a result says whose it is (their lines interleave).
+                    self._concurrent = bool(self._running)
+                    self._print(Text(f"  ← {call.name} ({call.id})", style="dim"), **_ONE_LINE)
                 self._lines(tool_result_lines(result.content, result.is_error, slow))
             case InterruptRaised(action=action):
                 self.note(

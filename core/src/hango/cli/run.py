@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ import click
 
 from hango.agent.definition import AgentDefinition
 from hango.agent.events import Event, MessageCompleted, RunFinished, RunStatus
+from hango.agent.interrupts.records import Decision
 from hango.cli import (
     USER_ERRORS,
     agent_option,
@@ -41,6 +43,7 @@ from hango.cli.decisions import (
     SUSPENDED_EXIT,
     parse_decisions,
     pending_json,
+    pending_of,
     print_pending,
 )
 from hango.cli.jsonl import event_to_json
@@ -54,8 +57,9 @@ from hango.config import (
 from hango.provider.errors import ModelSpecError
 from hango.provider.messages import Message, Usage
 from hango.run import Decided, Harness
+from hango.run.engine import OWN_ENGINE, EngineError, engine_named, engine_of
 from hango.store import RunStore, SessionBusy, StoreError, open_store
-from hango.store.base import RunRecord
+from hango.store.base import RunRecord, RunSave, run_busy
 
 Output = Literal["text", "json", "jsonl"]
 
@@ -92,13 +96,9 @@ class _Resume:
             options.append(f"--{output}")
         self.options = options
 
-    def command(self, run_id: uuid.UUID, *, force: bool = False) -> str:
-        extra = ["--force"] if force else []
+    def command(self, run_id: uuid.UUID) -> str:
         return resume_hint.command(
-            ["resume", str(run_id)],
-            db=self.db,
-            tenant=self.tenant,
-            options=[*self.options, *extra],
+            ["resume", str(run_id)], db=self.db, tenant=self.tenant, options=self.options
         )
 
 
@@ -116,6 +116,8 @@ def _summary(finished: RunFinished, run: RunRecord, answer: str | None) -> dict[
             "unknown_calls": finished.usage.unknown_calls,
         },
         "answer": answer,
+        # The validated structured output of an agent that declares one (else null).
+        "output": finished.output,
         "pending": pending_json(finished.pending),
     }
 
@@ -239,6 +241,9 @@ def _report(
         console.print_json(json.dumps(_summary(finished, run, answer)))
     elif output == "text" and finished.pending:
         print_pending(console, run.id, finished.pending, resume.db_option)
+    elif output == "text" and finished.output is not None:
+        console.print("output:", style="bold")
+        console.print_json(json.dumps(finished.output, ensure_ascii=False))
     if finished.status is RunStatus.SUSPENDED:
         return SUSPENDED_EXIT
     if finished.status is RunStatus.FAILED:
@@ -265,14 +270,34 @@ async def _busy_session(
     expires = busy.lease_expires_at
     if expires is not None and expires > dt.datetime.now(dt.UTC):
         return StoreError(
-            f"session {session_id} has run {busy.id} in progress on worker {busy.lease_owner}; "
+            f"session {session_id} has run {busy.id} in progress on {busy.lease_owner}; "
             "continue the session once it has finished"
         )
     return StoreError(
-        f"session {session_id} has run {busy.id} still marked running: if the `hango run` "
-        f"that ran it is gone (killed, crashed), recover it with: "
-        f"{resume.command(busy.id, force=True)}"
+        f"session {session_id} has run {busy.id} still marked running, and nothing executes "
+        f"it (its executor is gone: killed, crashed); recover it with: {resume.command(busy.id)}"
     )
+
+
+async def _unclaimed(store: RunStore, record: RunRecord, *, wait: bool) -> RunRecord:
+    """``record`` once no other executor holds its claim, checked before any decision is
+    recorded (``Harness.execute`` takes the claim itself, atomically). While one does:
+    ``RunBusy``; with ``wait`` (``--force``) only after waiting once for the claim to lapse,
+    which a crashed executor's does and a live one's never does (it renews it)."""
+    expires = record.lease_expires_at
+    now = dt.datetime.now(dt.UTC)
+    if expires is None or expires <= now:
+        return record
+    if wait:
+        await anyio.sleep((expires - now).total_seconds() + 0.05)
+        record = await store.get_run(record.tenant_id, record.id)
+        expires = record.lease_expires_at
+        if expires is None or expires <= dt.datetime.now(dt.UTC):
+            return record
+    busy = run_busy(record.id, record.lease_owner, expires)
+    if wait:
+        raise busy
+    raise type(busy)(f"{busy}; with --force, resume waits for the claim to lapse")
 
 
 @main.command()
@@ -346,7 +371,11 @@ def run(
 )
 @click.option("--base-url", help="Base URL of an OpenAI-compatible server (with --model).")
 @trace_option
-@click.option("--force", is_flag=True, help="Resume a run marked running whose process died.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="If another executor holds the run, wait once for its claim to lapse, then resume.",
+)
 @click.option("--approve", multiple=True, metavar="CALL_ID", help="Approve a pending tool call.")
 @click.option(
     "--reject",
@@ -407,19 +436,12 @@ def resume(
             tenant = Config.from_env().tenant_id
             rid = await resolve(store, "run", run_id)
             record = await store.get_run(tenant, rid)
+            if engine_of(record.config) != OWN_ENGINE:
+                return await _resume_on_engine(store, record, decisions, output=output, db=db)
             again = _Resume(db, model=model, base_url=base_url, trace=trace, output=output)
-            expires = record.lease_expires_at
-            if expires is not None and expires > dt.datetime.now(dt.UTC):
-                raise StoreError(
-                    f"run {rid} is held by worker {record.lease_owner} until "
-                    f"{expires:%H:%M:%S} UTC; resume it after its lease expires"
-                )
-            if record.status is RunStatus.RUNNING and expires is None and not force:
-                # A foreground `hango run` holds no lease: it may still be executing.
-                raise StoreError(
-                    f"run {rid} is running, perhaps in another `hango run`; if that process "
-                    f"is gone (killed, machine lost), resume with: {again.command(rid, force=True)}"
-                )
+            # One executor per run: every executor holds a claim that it renews, so a run
+            # whose executor died is free once its claim lapses; --force never takes a live one.
+            record = await _unclaimed(store, record, wait=force)
             # The run continues on the model it started with, unless --model changes it.
             harness = Harness(store, tenant_id=tenant, model_spec=model, base_url=base_url)
             if decisions:
@@ -436,7 +458,40 @@ def resume(
     exit_with(run_async(main_))
 
 
-def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> int | None:
+async def _resume_on_engine(
+    store: RunStore,
+    record: RunRecord,
+    decisions: Mapping[str, Decision],
+    *,
+    output: Output,
+    db: str | None,
+) -> int:
+    """``hango resume`` of a run an engine executes: its decisions go through the engine, which
+    continues the run; nothing is executed here. Returns the exit code."""
+    name = engine_of(record.config)
+    harness = Harness(store, tenant_id=record.tenant_id)
+    engine = engine_named(name, harness.plugins)
+    assert engine is not None  # engine_of is not the own queue
+    if not decisions:
+        raise StoreError(
+            f"run {record.id} runs on engine {name}, which continues it by itself; a "
+            "suspended one goes on once decided (hango resume RUN_ID --approve CALL_ID)"
+        )
+    if record.status is not RunStatus.SUSPENDED:
+        raise StoreError(
+            f"run {record.id} is {record.status.value} on engine {name}, not waiting for a decision"
+        )
+    delivered = await engine.decide(harness, record.id, decisions)
+    after = await store.get_run(record.tenant_id, record.id)
+    waiting = tuple(p for p in pending_of(after.state) or () if p.tool_call_id in delivered.waiting)
+    done = Decided(after, delivered.recorded, delivered.unchanged, waiting)
+    code = _decided(done, as_json=output == "json", db=db, queue=True, engine=name)
+    return 0 if code is None else code
+
+
+def _decided(
+    done: Decided, *, as_json: bool, db: str | None, queue: bool, engine: str = OWN_ENGINE
+) -> int | None:
     """Report what ``hango resume`` recorded; the exit code when there is nothing to run here
     (still waiting, left to a worker, or already finished), else None."""
     run = done.run
@@ -465,15 +520,27 @@ def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> in
         print_pending(console, run.id, done.waiting, db)
     else:
         left = " for a worker" if run.status is RunStatus.QUEUED else ""
+        if engine != OWN_ENGINE and not finished:
+            left = f" on engine {engine}"
         console.print(f"run {run.id} is {run.status.value}{left}", markup=False)
     if done.waiting:
         return SUSPENDED_EXIT
+    if engine != OWN_ENGINE:
+        return 0 if run.status is not RunStatus.FAILED else 1
     return 0 if run.status in (RunStatus.QUEUED, RunStatus.COMPLETED) else 1
 
 
 @main.command()
 @agent_option
 @click.option("--session", "session", help="Continue this session (its id or a unique prefix).")
+@click.option(
+    "--engine",
+    default=OWN_ENGINE,
+    show_default=True,
+    metavar="NAME",
+    help="What executes the run: hango (the own queue, `hango worker`) or an installed engine "
+    "(temporal, from hango-temporal).",
+)
 @db_option
 @json_option
 @message_file_option
@@ -481,13 +548,14 @@ def _decided(done: Decided, *, as_json: bool, db: str | None, queue: bool) -> in
 def submit(
     agent_path: Path,
     session: str | None,
+    engine: str,
     db: str | None,
     as_json: bool,
     message_file: Path | None,
     message: str | None,
 ) -> None:
-    """Queue a run of the agent on MESSAGE (- reads it from standard input) for a worker;
-    prints the run id."""
+    """Queue a run of the agent on MESSAGE (- reads it from standard input) for a worker (or
+    an engine); prints the run id."""
     text = read_message(message, message_file)
 
     async def main_() -> RunRecord:
@@ -496,13 +564,41 @@ def submit(
         try:
             session_id = await resolve(store, "session", session) if session else None
             harness = Harness(store, tenant_id=Config.from_env().tenant_id)
-            return await harness.start(agent, text, session_id=session_id, status=RunStatus.QUEUED)
+            # An unknown engine is refused before anything is recorded.
+            executor = engine_named(engine, harness.plugins)
+            if executor is None:
+                return await harness.start(
+                    agent, text, session_id=session_id, status=RunStatus.QUEUED
+                )
+            record = await harness.start(agent, text, session_id=session_id, engine=engine)
+            try:
+                await executor.submit(harness, record.id)
+            except EngineError as exc:
+                # Recorded but never started: failed, with the reason, so nothing waits on it.
+                await store.save_run(
+                    RunSave(
+                        record.tenant_id,
+                        record.id,
+                        version=record.version,
+                        status=RunStatus.FAILED,
+                        state=None,
+                        error=str(exc),
+                    )
+                )
+                raise
+            return record
         finally:
             await store.aclose()
 
     record = run_async(main_)
+    status = "queued" if engine == OWN_ENGINE else record.status.value
     if as_json:
-        doc = {"run_id": str(record.id), "session_id": str(record.session_id), "status": "queued"}
+        doc = {
+            "run_id": str(record.id),
+            "session_id": str(record.session_id),
+            "status": status,
+            "engine": engine,
+        }
         console.print_json(json.dumps(doc))
     else:
         console.print(str(record.id), markup=False)

@@ -38,8 +38,11 @@ from hango.cli.render import (
 )
 from hango.config import (
     Config,
+    ConfigError,
 )
 from hango.convert import message_to_json
+from hango.plugins import make_plugin_manager
+from hango.run.engine import OWN_ENGINE, engine_named, engine_of
 from hango.store import RunStore, StoreError, open_store
 from hango.store.base import RunRecord
 
@@ -65,6 +68,10 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "model": r.config.get("model"),
         "base_url": r.config.get("base_url"),
         "usage": r.state.get("usage") if isinstance(r.state, dict) else None,
+        # What executes it: "hango" (the own queue, or a terminal) or an installed engine.
+        "engine": engine_of(r.config),
+        # The validated structured output, once the run has one (agents with output_schema).
+        "output": r.state.get("output") if isinstance(r.state, dict) else None,
         # A sub-agent's child run: the run and the tool call it answers (else None).
         "parent_run_id": None if r.parent_run_id is None else str(r.parent_run_id),
         "parent_tool_call_id": r.parent_tool_call_id,
@@ -230,6 +237,7 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
         pending = pending_of(record.state)
         if as_json:
             doc = _run_json(record) | {
+                "engine_run": _engine_run(record),
                 "children": [
                     _run_json(r) | {"agent": names[r.agent_id]} for depth, r in tree if depth == 0
                 ],
@@ -255,12 +263,32 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
     run_async(main_)
 
 
+def _engine_run(record: RunRecord) -> dict[str, Any] | None:
+    """What identifies the run inside its engine (a Temporal workflow id); None on the own
+    queue, or when the engine's plugin is not installed here."""
+    name = engine_of(record.config)
+    if name == OWN_ENGINE:
+        return None
+    try:
+        engine = engine_named(name, make_plugin_manager())
+    except ConfigError:
+        return None
+    assert engine is not None
+    return dict(engine.describe(record.id))
+
+
 def _print_run(record: RunRecord, messages: list[Any]) -> None:
     from hango.agent.state import load_state
 
     rich_text = console.is_terminal and not console.is_dumb_terminal
     console.print(f"run {record.id}  [bold]{record.status.value}[/bold]")
     console.print(f"session {record.session_id}", style="dim")
+    if engine_of(record.config) != OWN_ENGINE:
+        ref = _engine_run(record) or {}
+        where = "  ".join(f"{k} {v}" for k, v in ref.items())
+        console.print(
+            f"engine {engine_of(record.config)}  {where}".rstrip(), style="dim", markup=False
+        )
     if record.config:
         stack = " > ".join(e["name"] for e in record.config.get("stack", [])) or "(none)"
         console.print(

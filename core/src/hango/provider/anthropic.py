@@ -110,6 +110,15 @@ from hango.provider.retry import (
     stream_with_retries,
 )
 
+#: Model ids without the JSON output format (before the Claude 4.5 generation).
+_NO_NATIVE_OUTPUT: Final = (
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2025",
+    "claude-opus-4-0",
+    "claude-opus-4-2025",
+)
+
 _STOP_REASONS: Final[Mapping[str, StopReason]] = {
     **{reason.value: reason for reason in StopReason},
     "model_context_window_exceeded": StopReason.MAX_TOKENS,
@@ -176,6 +185,16 @@ class AnthropicModel:
         """Where calls go (``server.address`` and ``server.port`` of ``chat`` spans)."""
         return str(self._client.base_url)
 
+    @property
+    def native_output(self) -> bool:
+        """Whether this model takes the JSON output format (``output_config.format``): the
+        Claude 4.5 generation and later; older models get the final-answer tool instead."""
+        return not self.name.startswith(_NO_NATIVE_OUTPUT)
+
+    @property
+    def _thinks(self) -> bool:
+        return self.thinking is not None and self.thinking.get("type") != "disabled"
+
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Messages call as hango events; raises ``ModelError`` (see module doc)."""
         return stream_with_retries(
@@ -190,7 +209,8 @@ class AnthropicModel:
             messages=[_message(m) for m in request.messages],
             system=[_text(b) for b in request.system] if request.system else anthropic.omit,
             tools=tools or anthropic.omit,
-            tool_choice=_tool_choice(request) if tools else anthropic.omit,
+            tool_choice=_tool_choice(request, thinking=self._thinks) if tools else anthropic.omit,
+            output_config=_output_config(request),
             stop_sequences=list(request.stop_sequences) or anthropic.omit,
             thinking=anthropic.omit if self.thinking is None else self.thinking,
             # This SDK version takes no ``temperature`` argument, but the wire field remains
@@ -284,8 +304,11 @@ def _tools(request: Request) -> list[sdk.ToolUnionParam]:
     return [_tool(spec, written.get(spec.name)) for spec in request.tools] + server
 
 
-def _tool_choice(request: Request) -> sdk.ToolChoiceParam | anthropic.Omit:
+def _tool_choice(request: Request, *, thinking: bool) -> sdk.ToolChoiceParam | anthropic.Omit:
     choice, parallel = request.tool_choice, request.parallel_tool_calls
+    if thinking and choice is not None and choice.mode in ("any", "tool"):
+        # Extended thinking refuses a forced tool choice (a 400): the model chooses instead.
+        choice = None
     if choice is None and parallel is not False:
         return anthropic.omit  # the API's default: auto, parallel calls allowed
     param: dict[str, Any] = {"type": choice.mode if choice is not None else "auto"}
@@ -294,6 +317,14 @@ def _tool_choice(request: Request) -> sdk.ToolChoiceParam | anthropic.Omit:
     if parallel is False and param["type"] != "none":
         param["disable_parallel_tool_use"] = True
     return cast(sdk.ToolChoiceParam, param)
+
+
+def _output_config(request: Request) -> sdk.OutputConfigParam | anthropic.Omit:
+    """The JSON output format of a native structured output (``OutputSpec``), else omitted."""
+    spec = request.output
+    if spec is None:
+        return anthropic.omit
+    return {"format": {"type": "json_schema", "schema": dict(spec.schema)}}
 
 
 def _usage(usage: sdk.Usage | sdk.MessageDeltaUsage, base: Usage) -> Usage:

@@ -241,6 +241,29 @@ class ToolChoice:
         return cls("tool", name)
 
 
+OutputStrategy: TypeAlias = Literal["native", "tool", "prompted"]
+
+
+@frozen
+class OutputSpec:
+    """The structured output a call must end with: a JSON Schema object ``schema`` and how it
+    is asked for (``strategy``).
+
+    ``native``: the provider's own structured output (OpenAI ``response_format`` json_schema,
+    Anthropic's ``output_config`` JSON format); the model's text is the JSON document. ``tool``:
+    a final-answer tool whose arguments are the output. ``prompted``: an instruction in the
+    system prompt; the text is the JSON document. A provider only ever sees ``native``: the loop
+    turns the others into a tool or a system block just before the call. ``name`` names the
+    output to the provider; ``strict`` asks for the provider's guarantee (the schema then meets
+    its strict rules: every object closed, every property required).
+    """
+
+    schema: Mapping[str, JSON]
+    strategy: OutputStrategy = "native"
+    name: str = "output"
+    strict: bool = False
+
+
 @frozen
 class Request:
     """One model call. ``system`` is a tuple of text blocks (never a string) so cache
@@ -252,6 +275,8 @@ class Request:
     sent verbatim after the ``tools`` (see ``hango.provider.anthropic``): server tools the API
     runs itself (``web_search_20250305``, ``tool_search_tool_bm25_20251119``, ...) and, under
     the name of one of ``tools``, Anthropic-defined or amended definitions of that tool.
+    ``output`` is the structured output the agent must return (``OutputSpec``), None for prose;
+    a model wrapper may rewrite it for one call.
     """
 
     model: str
@@ -264,3 +289,4 @@ class Request:
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     server_tools: tuple[Mapping[str, JSON], ...] = ()
+    output: OutputSpec | None = None

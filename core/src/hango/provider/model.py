@@ -45,6 +45,8 @@ class ModelResponse:
     ``stop_details`` is the provider's structured detail of the stop, when it sends one: for an
     Anthropic refusal ``{"type": "refusal", "category": ..., "explanation": ...}``. ``id`` and
     ``model`` are the provider's response id and answering model, when it gave them.
+    ``output_error`` is set by an output validator (a model wrapper, ``reject_output``): why
+    the structured output this response proposes is refused; providers never set it.
     """
 
     message: Message
@@ -53,6 +55,7 @@ class ModelResponse:
     stop_details: Mapping[str, JSON] | None = None
     id: str | None = None
     model: str | None = None
+    output_error: str | None = None
 
 
 @runtime_checkable

@@ -75,6 +75,7 @@ try:
         ChatCompletionToolChoiceOptionParam,
     )
     from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+    from openai.types.shared_params import ResponseFormatJSONSchema
 except ImportError as exc:  # the SDK is the optional extra
     raise ModelSpecError(
         "openai models need the openai extra: pip install 'hango[openai]'"
@@ -173,6 +174,13 @@ class OpenAIChatModel:
         """Where calls go (``server.address`` and ``server.port`` of ``chat`` spans)."""
         return str(self._client.base_url)
 
+    @property
+    def native_output(self) -> bool:
+        """Whether ``response_format`` json_schema is used for structured output: on OpenAI's
+        own API; a compatible server (another ``base_url``) may ignore it, so it gets the
+        final-answer tool unless the agent says ``output_strategy = "native"``."""
+        return self._client.base_url.host == "api.openai.com"
+
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Stream one Chat Completions call as hango events; raises ``ModelError``."""
         return stream_with_retries(
@@ -196,6 +204,7 @@ class OpenAIChatModel:
             if self.max_tokens_field == "max_completion_tokens"
             else openai.omit,
             max_tokens=limit if self.max_tokens_field == "max_tokens" else openai.omit,
+            response_format=_response_format(request),
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -282,6 +291,18 @@ def _tool_choice(request: Request) -> ChatCompletionToolChoiceOptionParam | open
     if choice.mode == "tool":
         return {"type": "function", "function": {"name": str(choice.name)}}
     return "required" if choice.mode == "any" else choice.mode
+
+
+def _response_format(request: Request) -> ResponseFormatJSONSchema | openai.Omit:
+    """``response_format`` json_schema for a native structured output, strict when the
+    schema meets the strict rules (``OutputSpec.strict``), else omitted."""
+    spec = request.output
+    if spec is None:
+        return openai.omit
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": spec.name, "schema": dict(spec.schema), "strict": spec.strict},
+    }
 
 
 def _refuse_server_tools(request: Request) -> None:

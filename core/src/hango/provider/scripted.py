@@ -122,6 +122,10 @@ class ScriptedModel:
 
     #: ``gen_ai.provider.name`` on its spans.
     provider_name: Final = "hango.scripted"
+    #: A structured output is the script's text (``output_strategy`` "native"), as a
+    #: provider's native structured output is the model's text; a script may still call
+    #: the final-answer tool under ``output_strategy = "tool"``.
+    native_output: Final = True
 
     def __init__(
         self, turns: Sequence[ScriptedTurn], *, delay: float = 0.0, name: str = "scripted"

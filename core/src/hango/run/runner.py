@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
 import anyio
 import attrs
@@ -54,6 +54,7 @@ from hango.provider.model import Model
 from hango.run.decide import Decided, decide_run
 from hango.run.plan import Planner, RunNotResumable, RunPlan, StackFactory
 from hango.run.saver import Saver
+from hango.run.step import StepBudget, StepResult, claimed, executor_name, run_lease_seconds
 from hango.store.base import (
     Lease,
     LeaseLost,
@@ -63,6 +64,8 @@ from hango.store.base import (
     StoreUnavailable,
     UnstorableContent,
 )
+from hango.store.memory import memory_of_run
+from hango.store.workspace import bound_store
 from hango.tool.registry import ToolRegistry
 
 __all__ = ["AllowlistWarning", "Harness", "RunNotResumable", "StackFactory"]
@@ -85,6 +88,15 @@ def executing_harness() -> Harness:
     """The ``Harness`` executing the run whose middleware or tool is calling. Raises
     ``LookupError`` outside a run's execution."""
     return _EXECUTING.get()
+
+
+@contextlib.contextmanager
+def _executing(harness: Harness) -> Iterator[None]:
+    token = _EXECUTING.set(harness)
+    try:
+        yield
+    finally:
+        _EXECUTING.reset(token)
 
 
 class Harness:
@@ -139,6 +151,7 @@ class Harness:
         self.max_result_chars = int_setting(
             self.settings, "HANGO_TOOL_RESULT_MAX_CHARS", DEFAULT_MAX_RESULT_CHARS
         )
+        self.lease_seconds = run_lease_seconds(self.settings)
         # Agents holding Python objects, by the id of a run started here: only this process
         # can continue those runs.
         self._live: dict[uuid.UUID, AgentDefinition] = {}
@@ -213,13 +226,17 @@ class Harness:
         *,
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
+        engine: str | None = None,
         parent_run_id: uuid.UUID | None = None,
         parent_tool_call_id: str | None = None,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
-        for a worker. ``parent_run_id`` / ``parent_tool_call_id``: a sub-agent's child run,
-        answering that tool call of that run (``RunStore.create_run``).
+        for a worker; ``engine`` names the engine that will execute it (``hango.run.engine``:
+        recorded as ``config["engine"]``; the run stays ``running`` with no lease, so the own
+        queue's workers never take it) and, like a queued run, needs a portable agent.
+        ``parent_run_id`` / ``parent_tool_call_id``: a sub-agent's child run, answering that
+        tool call of that run (``RunStore.create_run``).
 
         Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
         ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
@@ -228,7 +245,7 @@ class Harness:
         """
         plan = self.planner.new(agent)
         _check_tools(agent, plan.tools, plan.chain)
-        if status is RunStatus.QUEUED and not agent.portable:
+        if (status is RunStatus.QUEUED or engine is not None) and not agent.portable:
             # A worker rebuilds the agent from its stored JSON, which cannot hold the objects.
             # (Middleware objects given to the Harness are fine: only workers whose Harness
             # has middleware of those names claim the run.)
@@ -245,8 +262,12 @@ class Harness:
             Message.user(message),
             session_id=session_id,
             status=status,
-            # Started for workers: a decision puts it back on the queue (hango resume).
-            config={**plan.record(), "queued": status is RunStatus.QUEUED},
+            config={
+                **plan.record(),
+                # Started for workers: a decision puts it back on the queue (hango resume).
+                "queued": status is RunStatus.QUEUED,
+                **({"engine": engine} if engine is not None else {}),
+            },
             parent_run_id=parent_run_id,
             parent_tool_call_id=parent_tool_call_id,
         )
@@ -466,15 +487,105 @@ class Harness:
         A run that pauses for a decision ends ``suspended``: its pending actions are saved with
         its history and listed in ``RunFinished.pending``. A suspended run some of whose
         pending actions have no decision yet raises ``RunNotResumable``, writing nothing.
+
+        One executor per run: the run is held under a claim while it executes (``lease``, or
+        one taken here, ``hango.run.step``); a run another task, process or worker is executing
+        raises ``RunBusy`` (naming it and its holder) before anything runs or is written.
         """
+        finished, _ = await self._advance(
+            run_id, emit=emit, stop=stop, agent=agent, lease=lease, budget=StepBudget(None)
+        )
+        return finished
+
+    async def step(
+        self,
+        run_id: uuid.UUID,
+        *,
+        steps: int | None = 1,
+        lease: Lease | None = None,
+        stop: anyio.Event | None = None,
+        emit: Callable[[Event], Awaitable[None]] = _discard,
+        agent: AgentDefinition | None = None,
+    ) -> StepResult:
+        """Advance the saved run ``run_id`` by ``steps`` steps (a model turn, or one tool call
+        of a batch; ``None``: to its end) and save: the execution seam (``hango.run.step``,
+        docs/explanation/execution-seam.md), which ``execute`` and the queue worker use too.
+
+        Idempotent: repeating a step (an engine's retry after a crash or a timeout) goes on
+        from the last save, never runs a call whose body returned again, and answers a
+        non-idempotent call whose outcome is unknown as such instead of running it. A run that
+        has completed, or waits for decisions, is reported as it stands (``steps`` 0), writing
+        nothing. Fenced: the run is held under a claim (``lease``, a worker's, or one taken
+        here); every save carries its token.
+
+        Returns a ``StepResult`` (``more``: another step advances it). Raises as ``execute``
+        does, except for the two cases above: ``RunBusy`` (another executor holds the run),
+        ``NotFound``, ``RunNotResumable`` (what the run needs is missing here), ``LeaseLost``,
+        ``StaleVersion``, ``StoreUnavailable``, ``ValueError`` for ``steps`` below 1.
+        """
+        budget = StepBudget(steps)
+        finished, settled = await self._advance(
+            run_id, emit=emit, stop=stop, agent=agent, lease=lease, budget=budget, settle=True
+        )
+        return StepResult.of(finished, 0 if settled else budget.taken)
+
+    async def _advance(
+        self,
+        run_id: uuid.UUID,
+        *,
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        agent: AgentDefinition | None,
+        lease: Lease | None,
+        budget: StepBudget,
+        settle: bool = False,
+    ) -> tuple[RunFinished, bool]:
+        """Execute ``run_id`` under its claim until ``budget`` runs out or the run ends; with
+        ``settle``, a completed run or one waiting for decisions is returned as it stands
+        (second value True) instead of raising ``RunNotResumable``."""
         run = await self.store.get_run(self.tenant_id, run_id)
         if run.status is RunStatus.COMPLETED:
+            if settle:
+                return _finished(run, run.status, ()), True
             raise RunNotResumable(f"run {run_id} already completed")
-        # Not ``version > 0``: a worker's claim increments the version before the run has
-        # executed. The first checkpoint always writes the state, so ``{}`` means "never ran".
-        resumed = run.state != {}
+        if settle and (waiting := _waiting(run)):
+            return _finished(run, run.status, waiting), True
         plan = await self._continuable(run, agent)
         self._planned.pop(run_id, None)  # one plan per execute: the next one plans again
+        async with claimed(
+            self.store,
+            self.tenant_id,
+            run_id,
+            lease=lease,
+            owner=lease.owner if lease is not None else executor_name(),
+            lease_seconds=self.lease_seconds,
+        ) as held:
+            # As the claim found it: another executor may have saved it since the read above.
+            run = await self.store.get_run(self.tenant_id, run_id)
+            if run.status is RunStatus.COMPLETED:
+                if settle:
+                    return _finished(run, run.status, ()), True
+                raise RunNotResumable(f"run {run_id} already completed")
+            return await self._pass(
+                run, plan, held, emit=emit, stop=stop, budget=budget, settle=settle
+            )
+
+    async def _pass(
+        self,
+        run: RunRecord,
+        plan: RunPlan,
+        lease: Lease,
+        *,
+        emit: Callable[[Event], Awaitable[None]],
+        stop: anyio.Event | None,
+        budget: StepBudget,
+        settle: bool,
+    ) -> tuple[RunFinished, bool]:
+        """One pass over ``run``, held under ``lease``: load, loop, save at every boundary."""
+        run_id = run.id
+        # Not ``version > 0``: a claim increments the version before the run has executed.
+        # The first checkpoint always writes the state, so ``{}`` means "never ran".
+        resumed = run.state != {}
         agent = plan.agent
         saver = Saver(self.store, run, lease)
         previous = None if resumed else await _previous_state(self.store, run)
@@ -485,9 +596,11 @@ class Harness:
             await saver.mark_failed(str(exc))
             finished = RunFinished(run_id, RunStatus.FAILED, None, str(exc), Usage())
             await emit(finished)
-            return finished
+            return finished, False
         waiting = state.interrupts.waiting()
         if run.status is RunStatus.SUSPENDED and waiting:
+            if settle:
+                return _finished(run, run.status, waiting), True
             raise RunNotResumable(
                 f"run {run_id} is suspended, waiting for a decision on tool call(s) "
                 f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
@@ -499,37 +612,23 @@ class Harness:
         async def checkpoint(_: State) -> None:
             await saver.save(state, RunStatus.RUNNING)
 
-        executing = _EXECUTING.set(self)
-        try:
-            return await self._execute(run, plan, state, saver, checkpoint, emit, stop, resumed)
-        finally:
-            _EXECUTING.reset(executing)
-
-    async def _execute(
-        self,
-        run: RunRecord,
-        plan: RunPlan,
-        state: State,
-        saver: Saver,
-        checkpoint: Callable[[State], Awaitable[None]],
-        emit: Callable[[Event], Awaitable[None]],
-        stop: anyio.Event | None,
-        resumed: bool,
-    ) -> RunFinished:
-        """``execute`` once the run's state and history are loaded, with this harness as the
-        executing one (``executing_harness``)."""
-        run_id, agent = run.id, plan.agent
-        with telemetry.tracer.start_as_current_span(
-            f"invoke_agent {agent.name}",
-            kind=SpanKind.INTERNAL,
-            attributes={
-                telemetry.OPERATION_NAME: "invoke_agent",
-                telemetry.AGENT_NAME: agent.name,
-                telemetry.AGENT_ID: str(run.agent_id),
-                telemetry.CONVERSATION_ID: str(run.session_id),
-                telemetry.RUN_ID: str(run_id),
-            },
-        ) as span:
+        # The store is bound for the run's middlewares and tools (workspace files).
+        with (
+            bound_store(self.store),
+            _executing(self),
+            telemetry.tracer.start_as_current_span(
+                f"invoke_agent {agent.name}",
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    telemetry.OPERATION_NAME: "invoke_agent",
+                    telemetry.AGENT_NAME: agent.name,
+                    telemetry.AGENT_ID: str(run.agent_id),
+                    telemetry.CONVERSATION_ID: str(run.session_id),
+                    telemetry.RUN_ID: str(run_id),
+                },
+            ) as span,
+            memory_of_run(self.store, agent.name),
+        ):  # hango.middleware.run_memory()
             try:
                 chain = plan.chain
                 span.add_event(
@@ -556,10 +655,21 @@ class Harness:
                         parallel_tool_calls=agent.parallel_tool_calls,
                         server_tools=agent.server_tools,
                         max_result_chars=self.max_result_chars,
+                        output_schema=agent.output_json_schema,
+                        output_strategy=agent.output_strategy,
+                        output_type=agent.output_type,
+                        output_retries=agent.output_retries,
+                        # A step is one tool call: a pass of limited steps runs its batch
+                        # one call at a time (docs/explanation/execution-seam.md).
+                        max_tool_concurrency=(
+                            agent.max_tool_concurrency if budget.limit is None else 1
+                        ),
+                        sequential_tools=agent.sequential_tools,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,
                     stop=stop,
+                    step_done=budget,
                 )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
@@ -597,7 +707,7 @@ class Harness:
                 tuple(state.interrupts.waiting()) if suspended else (),
             )
             await emit(finished)
-            return finished
+            return finished, False
 
 
 async def _first_checkpoint(
@@ -659,6 +769,20 @@ def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction
     """How a run stands, from its record (for a resume that executed nothing)."""
     usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
     return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+
+
+def _waiting(run: RunRecord) -> list[PendingAction]:
+    """The pending actions a suspended run waits for, from its record (none: it is not
+    suspended, or its state does not load, which the pass itself reports)."""
+    if run.status is not RunStatus.SUSPENDED or not isinstance(run.state, dict):
+        return []
+    try:
+        state = load_run_state(
+            run.state, run_id=run.id, session_id=run.session_id, tenant_id=run.tenant_id
+        )
+    except StateError:
+        return []
+    return state.interrupts.waiting()
 
 
 def _initial_state(run: RunRecord, previous: JSON | None, session_scoped: frozenset[str]) -> State:

@@ -24,8 +24,6 @@ it with backoff, saying so on stderr, for ``HANGO_DB_WAIT_SECONDS`` (default: no
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Mapping
 
 import anyio
@@ -39,9 +37,10 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from hango.agent.events import RunFinished, RunStatus
+from hango.agent.events import RunStatus
 from hango.config import duration_setting, hango_settings
 from hango.run.runner import Harness
+from hango.run.step import executor_name
 from hango.store import RunStore, open_store
 from hango.store.base import Lease, LeaseLost, QueueWatch, RunSave, StaleVersion, StoreUnavailable
 from hango.store.retry import one_line
@@ -100,7 +99,7 @@ async def wait_for_store(url: str, *, settings: Mapping[str, str] | None = None)
 
 def worker_name() -> str:
     """``host:pid``: who holds a lease, as ``runs show`` and the logs print it."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return executor_name()
 
 
 class Worker:
@@ -243,24 +242,24 @@ class Worker:
             slots.release()
 
     async def _execute(self, lease: Lease) -> None:
-        finished: RunFinished | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._keep_lease, lease, tg.cancel_scope)
-            try:
-                finished = await self.harness.execute(lease.run_id, stop=self._stop, lease=lease)
-            except (StaleVersion, LeaseLost) as exc:
-                log.warning("run %s: another worker owns it now; stopped (%s)", lease.run_id, exc)
-            except StoreUnavailable as exc:
-                # Not the run's fault: it is not failed. Its last saved turn boundary is where
-                # the next worker resumes it, after this one's release or its lease's expiry.
-                log.error(
-                    "run %s: stopped working on it, nothing more written: %s", lease.run_id, exc
-                )
-            except Exception as exc:
-                log.exception("run %s: could not be executed", lease.run_id)
-                await self._fail(lease, f"{type(exc).__name__}: {exc}")
-            tg.cancel_scope.cancel()
-        if finished is None:
+        # The execution seam, as for any executor: the run advances step by step under this
+        # lease (renewed meanwhile; the run is stopped once it is lost) until it ends, or
+        # stops at a turn boundary once ``stop`` is set.
+        try:
+            finished = await self.harness.step(
+                lease.run_id, steps=None, lease=lease, stop=self._stop
+            )
+        except (StaleVersion, LeaseLost) as exc:
+            log.warning("run %s: another worker owns it now; stopped (%s)", lease.run_id, exc)
+            return
+        except StoreUnavailable as exc:
+            # Not the run's fault: it is not failed. Its last saved turn boundary is where
+            # the next worker resumes it, after this one's release or its lease's expiry.
+            log.error("run %s: stopped working on it, nothing more written: %s", lease.run_id, exc)
+            return
+        except Exception as exc:
+            log.exception("run %s: could not be executed", lease.run_id)
+            await self._fail(lease, f"{type(exc).__name__}: {exc}")
             return
         if finished.status is RunStatus.QUEUED:
             log.info("run %s stopped at a turn boundary; back to the queue", lease.run_id)
@@ -268,37 +267,6 @@ class Worker:
             log.info("run %s %s: %s", lease.run_id, finished.status.value, finished.error)
         else:
             log.info("run %s %s", lease.run_id, finished.status.value)
-
-    async def _keep_lease(self, lease: Lease, scope: anyio.CancelScope) -> None:
-        """Renew every third of the lease; cancel the run (``scope``) once the lease is lost, or
-        when renewals failed or hung so long that the next one would start after the lease
-        expired (another worker may take the run from then on)."""
-        every = lease.seconds / 3
-        deadline = anyio.current_time() + lease.seconds
-        while True:
-            await anyio.sleep(every)
-            attempted = anyio.current_time()
-            problem = "no answer in time"
-            with anyio.move_on_after(every):  # a hung connection counts as a failed renewal
-                try:
-                    lease = await self.store.renew_lease(lease)
-                except LeaseLost:
-                    log.warning("run %s: lease lost to another worker; stopping it", lease.run_id)
-                    break
-                except Exception as exc:
-                    problem = str(exc)
-                else:
-                    deadline = attempted + lease.seconds
-                    continue
-            if anyio.current_time() + every >= deadline:
-                log.error(
-                    "run %s: could not renew the lease before it expires (%s); stopping it",
-                    lease.run_id,
-                    problem,
-                )
-                break
-            log.warning("run %s: renewing the lease failed (retrying): %s", lease.run_id, problem)
-        scope.cancel()
 
     async def _fail(self, lease: Lease, error: str) -> None:
         with anyio.CancelScope(shield=True):

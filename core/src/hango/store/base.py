@@ -52,6 +52,12 @@ class SessionBusy(StoreError):
     ends with calls that wait for a decision)."""
 
 
+class RunBusy(StoreError):
+    """Another executor (a task, process or worker) holds the run's claim, a lease it still
+    renews: nothing was run or written. The message names the run, the holder and when the
+    claim lapses unless renewed (a crashed holder's claim is taken over from then on)."""
+
+
 class SchemaError(StoreError):
     """The database schema is not one this code can use (for example, newer than the code)."""
 
@@ -365,16 +371,33 @@ class RunStore(Protocol):
         state_json, and replace the session's messages from ``save.from_index`` on with
         ``save.messages``. Returns the new version.
 
-        ``save.lease`` fences the write: a worker passes the lease it claimed the run with, and the
-        save happens only while the run still holds that lease's token (its expiry is not
-        checked: a claim by another worker is what replaces the token). Without a lease (a run
-        in a terminal) only ``save.version`` is checked.
+        ``save.lease`` fences the write: an executor passes the lease it claimed the run with
+        (``claim_run`` or ``acquire_run``), and the save happens only while the run still holds
+        that lease's token (its expiry is not checked: another claim is what replaces the
+        token). Without a lease (a decision, a store-level write) only ``save.version`` is
+        checked.
 
         Raises, writing nothing: ``LeaseLost`` when the run no longer holds ``lease``;
         ``StaleVersion`` when its version is not ``version``; ``UnstorableContent`` for a
         state or message the database cannot hold; ``StoreUnavailable`` when the database
         stayed unreachable (then whether the save was applied is unknown).
         """
+        ...
+
+    # -- claims ------------------------------------------------------------------------------
+
+    async def acquire_run(
+        self, tenant_id: uuid.UUID, run_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease:
+        """Claim run ``run_id`` by id for one executor (``Harness.execute`` / ``step``, not a
+        worker): atomically, unless another claim on it is live, the run gets a new lease of
+        ``lease_seconds`` (a new token, ``owner``) and its version increments; its status and
+        ``attempts`` stay. An expired claim (its executor crashed or hung) is taken over.
+
+        Raises, writing nothing: ``NotFound``; ``RunBusy`` when the run is held under a live
+        lease (by a worker or another executor, in this process or another), naming the
+        holder. Every save under the returned lease is fenced by its token; ``release_run``
+        gives it up (keeping the status), ``renew_lease`` extends it."""
         ...
 
     # -- the queue ----------------------------------------------------------------------------
@@ -390,12 +413,15 @@ class RunStore(Protocol):
         """Take the oldest claimable run of the tenant, or ``None`` when there is none.
 
         ``installed``: the middleware names this worker can build; a run whose recorded stack
-        names one outside it is left for a worker that has it (None: no filter).
+        names one outside it is left for a worker that has it (None: no filter). A run
+        recorded for another engine (``config["engine"]``, ``hango submit --engine``) is never
+        taken: that engine executes it.
 
         Claimable: status ``queued`` without a live lease (one still held is a run being handed
         back, between its last save and its release), or ``running`` (or ``cancelled``: killed
-        between saving and releasing) under a lease that has expired, its worker gone. A run
-        without a lease (``hango run`` in a terminal) is never taken.
+        between saving and releasing) under a worker's lease that has expired, its worker gone.
+        A run without a lease, or held by ``acquire_run`` (``hango run`` in a terminal), is
+        never taken unless queued.
         Atomically, the run becomes ``running`` under a new lease of ``lease_seconds``, its
         ``attempts`` and ``version`` increment (the previous holder's token is gone, so its
         writes raise ``LeaseLost``; a reader without a lease gets ``StaleVersion``). Concurrent
@@ -412,13 +438,14 @@ class RunStore(Protocol):
         ...
 
     async def release_run(self, lease: Lease) -> bool:
-        """Give up the lease: clear it, and put a run that did not finish (``queued``,
-        ``running`` or ``cancelled``) back to ``queued`` with no error; a suspended run keeps
-        its status (it waits for a person), a finished one its status and error. Unless the
-        run finished, ``attempts`` goes one lower, back to what it was before this claim (a
-        hand-back or a suspension is not an attempt: only claims that ended in a crash or an
-        expired lease count). Increments the version. Returns ``False``, writing nothing, when
-        the lease was no longer held."""
+        """Give up the lease. A claim from ``acquire_run`` is only cleared (the run keeps its
+        status, error and attempts). A worker's claim (``claim_run``): clear it, and put a run
+        that did not finish (``queued``, ``running`` or ``cancelled``) back to ``queued`` with
+        no error; a suspended run keeps its status (it waits for a person), a finished one its
+        status and error. Unless the run finished, ``attempts`` goes one lower, back to what it
+        was before this claim (a hand-back or a suspension is not an attempt: only claims that
+        ended in a crash or an expired lease count). Increments the version. Returns
+        ``False``, writing nothing, when the lease was no longer held."""
         ...
 
     def watch_queue(
@@ -431,6 +458,16 @@ class RunStore(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def run_busy(run_id: uuid.UUID, owner: str | None, expires: dt.datetime | None) -> RunBusy:
+    """The ``RunBusy`` of a run held by ``owner`` until ``expires``."""
+    until = "" if expires is None else f" until {expires.astimezone(dt.UTC):%H:%M:%S} UTC"
+    return RunBusy(
+        f"run {run_id} is being executed by {owner}; its claim lasts{until} unless renewed, "
+        "so one executor runs it at a time: nothing was run or written (if that executor is "
+        "gone, try again once its claim has lapsed)"
+    )
 
 
 def agent_id_for(tenant_id: uuid.UUID, canonical_definition: str) -> uuid.UUID:

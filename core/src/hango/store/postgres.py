@@ -51,6 +51,7 @@ from hango.store.base import (
     UnstorableContent,
     agent_id_for,
     message_from_row,
+    run_busy,
     run_from_row,
     sound,
     storable_json,
@@ -102,17 +103,21 @@ WITH next AS (
     SELECT tenant_id, id FROM runs
     WHERE tenant_id = %(tenant)s
         AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < now()))
-            OR (status IN ('running', 'cancelled') AND lease_expires_at < now()))
+            -- A crashed terminal's run (a direct claim) is its user's to resume, not ours.
+            OR (status IN ('running', 'cancelled') AND lease_kind = 'worker'
+                AND lease_expires_at < now()))
         -- Only runs whose recorded stack this worker can build (NULL: no filter).
         AND (%(installed)s::text[] IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_array_elements(config_json -> 'stack') AS m
             WHERE NOT (m ->> 'name' = ANY(%(installed)s::text[]))))
+        -- A run recorded for another engine (hango submit --engine) is that engine's alone.
+        AND config_json -> 'engine' IS NULL
     ORDER BY created_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE runs r SET status = 'running', lease_owner = %(owner)s, lease_token = %(token)s,
-    lease_expires_at = now() + make_interval(secs => %(seconds)s),
+    lease_expires_at = now() + make_interval(secs => %(seconds)s), lease_kind = 'worker',
     attempts = r.attempts + 1, version = r.version + 1, updated_at = now()
 FROM next WHERE r.tenant_id = next.tenant_id AND r.id = next.id
 RETURNING r.id, r.attempts, r.lease_expires_at
@@ -124,18 +129,33 @@ SELECT id, attempts, lease_expires_at FROM runs
 WHERE tenant_id = %(tenant)s AND lease_token = %(token)s
 """
 
+# A direct claim (acquire_run) only lets go: the status stays what its executor saved. A
+# worker's hands an unfinished run back to the queue.
 _RELEASE = """
 UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-    status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued'
-        ELSE status END,
+    status = CASE WHEN lease_kind = 'worker' AND status IN ('queued', 'running', 'cancelled')
+        THEN 'queued' ELSE status END,
     -- A hand-back or a suspension is not an attempt: the count goes back to what it was
     -- before this claim.
-    attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended')
+    attempts = CASE WHEN lease_kind = 'worker'
+            AND status IN ('queued', 'running', 'cancelled', 'suspended')
         THEN greatest(attempts - 1, 0) ELSE attempts END,
-    error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL ELSE error END,
-    version = version + 1, updated_at = now(), write_id = %(write_id)s
+    error = CASE WHEN lease_kind = 'worker' AND status IN ('queued', 'running', 'cancelled')
+        THEN NULL ELSE error END,
+    lease_kind = NULL, version = version + 1, updated_at = now(), write_id = %(write_id)s
 WHERE tenant_id = %(tenant)s AND id = %(run)s AND lease_token = %(token)s
 RETURNING id
+"""
+
+# Free means no live claim; a row lock makes a second acquisition at the same moment wait and
+# then find the first one's claim.
+_ACQUIRE = """
+UPDATE runs SET lease_owner = %(owner)s, lease_token = %(token)s,
+    lease_expires_at = now() + make_interval(secs => %(seconds)s), lease_kind = 'direct',
+    version = version + 1, updated_at = now()
+WHERE tenant_id = %(tenant)s AND id = %(run)s
+    AND (lease_token IS NULL OR lease_expires_at < now())
+RETURNING attempts, lease_expires_at
 """
 
 #: Seconds the pool keeps reconnecting one connection before it gives up (see ``open``).
@@ -525,6 +545,45 @@ class PostgresRunStore:
         raise StaleVersion(
             f"run {run_id}: save with version {version} but the stored version is "
             f"{current['version']}; another writer saved this run"
+        )
+
+    # -- claims ----------------------------------------------------------------------------
+
+    async def acquire_run(
+        self, tenant_id: uuid.UUID, run_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease:
+        token = uuid.uuid4()
+        params = {
+            "tenant": tenant_id,
+            "run": run_id,
+            "owner": owner,
+            "token": token,
+            "seconds": lease_seconds,
+        }
+
+        async def attempt(n: int) -> DictRow | None:
+            async with self._pool.connection() as conn:
+                if n > 1:  # the first attempt may have taken the claim before its connection died
+                    cur = await conn.execute(_CLAIMED, params)
+                    if (claimed := await cur.fetchone()) is not None:
+                        return claimed
+                cur = await conn.execute(_ACQUIRE, params)
+                if (row := await cur.fetchone()) is not None:
+                    return row
+                cur = await conn.execute(
+                    "SELECT lease_owner, lease_expires_at FROM runs "
+                    "WHERE tenant_id = %(tenant)s AND id = %(run)s",
+                    params,
+                )
+                held = await cur.fetchone()
+            if held is None:
+                raise NotFound(f"run {run_id} not found")
+            raise run_busy(run_id, held["lease_owner"], held["lease_expires_at"])
+
+        row = await self._retried(f"claiming run {run_id}", attempt)
+        assert row is not None  # a run not acquired raised
+        return Lease(
+            tenant_id, run_id, token, owner, row["attempts"], lease_seconds, row["lease_expires_at"]
         )
 
     # -- the queue -------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from hango.store.base import (
     agent_id_for,
     corrupt_message,
     message_from_row,
+    run_busy,
     run_from_row,
     sound,
     storable_json,
@@ -445,6 +446,47 @@ class SqliteRunStore:
 
         return await self._call(self._tx, write)
 
+    # -- claims ----------------------------------------------------------------------------
+
+    async def acquire_run(
+        self, tenant_id: uuid.UUID, run_id: uuid.UUID, owner: str, *, lease_seconds: float
+    ) -> Lease:
+        token = uuid.uuid4()
+
+        def acquire(conn: sqlite3.Connection) -> Lease:
+            # BEGIN IMMEDIATE (in _tx): acquisitions in every process on this file are
+            # serialised, so of two at once exactly one finds the run free.
+            now = utcnow()
+            expires = now + dt.timedelta(seconds=lease_seconds)
+            row = conn.execute(
+                "UPDATE runs SET lease_owner = ?, lease_token = ?, lease_expires_at = ?, "
+                "lease_kind = 'direct', version = version + 1, updated_at = ? "
+                "WHERE tenant_id = ? AND id = ? "
+                "AND (lease_token IS NULL OR lease_expires_at < ?) RETURNING attempts",
+                (
+                    owner,
+                    str(token),
+                    _lease_time(expires),
+                    now.isoformat(),
+                    str(tenant_id),
+                    str(run_id),
+                    _lease_time(now),
+                ),
+            ).fetchone()
+            if row is not None:
+                return Lease(
+                    tenant_id, run_id, token, owner, row["attempts"], lease_seconds, expires
+                )
+            held = conn.execute(
+                "SELECT lease_owner, lease_expires_at FROM runs WHERE tenant_id = ? AND id = ?",
+                (str(tenant_id), str(run_id)),
+            ).fetchone()
+            if held is None:
+                raise NotFound(f"run {run_id} not found")
+            raise run_busy(run_id, held["lease_owner"], _parse_time(held["lease_expires_at"]))
+
+        return await self._call(self._tx, acquire)
+
     # -- the queue -------------------------------------------------------------------------
 
     async def claim_run(
@@ -465,16 +507,20 @@ class SqliteRunStore:
             expires = now + dt.timedelta(seconds=lease_seconds)
             row = conn.execute(
                 "UPDATE runs SET status = 'running', lease_owner = ?, lease_token = ?, "
-                "lease_expires_at = ?, attempts = attempts + 1, version = version + 1, "
-                "updated_at = ? "
+                "lease_expires_at = ?, lease_kind = 'worker', attempts = attempts + 1, "
+                "version = version + 1, updated_at = ? "
                 "WHERE rowid = (SELECT rowid FROM runs WHERE tenant_id = ? "
                 # A queued run still under a lease is being handed back: not yet.
                 "AND ((status = 'queued' AND (lease_token IS NULL OR lease_expires_at < ?)) "
-                "OR (status IN ('running', 'cancelled') AND lease_expires_at < ?)) "
+                # A crashed terminal's run (a direct claim) is its user's to resume, not ours.
+                "OR (status IN ('running', 'cancelled') AND lease_kind = 'worker' "
+                "AND lease_expires_at < ?)) "
                 # Only runs whose recorded stack this worker can build (NULL: no filter).
                 "AND (? IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(config_json, '$.stack') "
                 "AS m WHERE json_extract(m.value, '$.name') NOT IN "
                 "(SELECT value FROM json_each(?)))) "
+                # A run recorded for another engine (hango submit --engine) is that engine's.
+                "AND json_extract(config_json, '$.engine') IS NULL "
                 "ORDER BY created_at, rowid LIMIT 1) "
                 "RETURNING id, attempts",
                 (
@@ -519,17 +565,22 @@ class SqliteRunStore:
 
     async def release_run(self, lease: Lease) -> bool:
         def release(conn: sqlite3.Connection) -> int:
+            # A direct claim (acquire_run) only lets go: the status stays what its executor
+            # saved. A worker's hands an unfinished run back to the queue.
             return conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, "
-                "status = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN 'queued' "
+                "status = CASE WHEN lease_kind = 'worker' "
+                "AND status IN ('queued', 'running', 'cancelled') THEN 'queued' "
                 "ELSE status END, "
                 # A hand-back or a suspension is not an attempt: the count goes back to what it
                 # was before this claim.
-                "attempts = CASE WHEN status IN ('queued', 'running', 'cancelled', 'suspended') "
+                "attempts = CASE WHEN lease_kind = 'worker' "
+                "AND status IN ('queued', 'running', 'cancelled', 'suspended') "
                 "THEN max(attempts - 1, 0) ELSE attempts END, "
-                "error = CASE WHEN status IN ('queued', 'running', 'cancelled') THEN NULL "
+                "error = CASE WHEN lease_kind = 'worker' "
+                "AND status IN ('queued', 'running', 'cancelled') THEN NULL "
                 "ELSE error END, "
-                "version = version + 1, updated_at = ? "
+                "lease_kind = NULL, version = version + 1, updated_at = ? "
                 "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
                 (utcnow().isoformat(), str(lease.tenant_id), str(lease.run_id), str(lease.token)),
             ).rowcount

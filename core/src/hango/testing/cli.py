@@ -66,9 +66,11 @@ def write_agent(
 
 
 class HangoCli:
-    """Runs ``python -m hango`` in ``cwd`` with ``NO_COLOR=1`` and
-    ``HANGO_DATABASE_URL`` = ``database_url`` (default: ``hango.db`` in ``cwd``); ``env`` adds
-    to (or, with None values, removes from) the process environment."""
+    """Runs ``python -m hango`` in ``cwd`` with ``NO_COLOR=1``,
+    ``HANGO_DATABASE_URL`` = ``database_url`` (default: ``hango.db`` in ``cwd``) and
+    ``HANGO_RUN_LEASE_SECONDS=2`` (a run's claim lapses 2 s after its process was killed, so
+    ``resume --force``, which waits for that, recovers it at once); ``env`` adds to (or, with
+    None values, removes from) the process environment."""
 
     def __init__(
         self,
@@ -81,6 +83,7 @@ class HangoCli:
         self.database_url = database_url or sqlite_url(cwd / "hango.db")
         self.env: dict[str, str | None] = {
             "HANGO_DATABASE_URL": self.database_url,
+            "HANGO_RUN_LEASE_SECONDS": "2",
             "NO_COLOR": "1",
             **(env or {}),
         }

@@ -48,10 +48,12 @@ async def agent_harness(
     tool_allowlist: Sequence[str] | None = None,
     max_turns: int = 10,
     settings: Mapping[str, str] | None = None,
+    max_tool_concurrency: int = 8,
 ) -> AsyncIterator[TestHarness]:
     """A harness on a fresh SQLite file under ``tmp_path`` whose agent replays ``turns`` (or
     uses ``model``) with the given middlewares and tools. ``settings`` default to none (the
-    process environment is not read); the store is closed on exit.
+    process environment is not read); the store is closed on exit. ``max_tool_concurrency``
+    is the agent's (1: the calls of a batch run one at a time, in call order).
 
     ::
 
@@ -73,6 +75,7 @@ async def agent_harness(
         model="scripted:inline",
         tool_allowlist=None if tool_allowlist is None else tuple(tool_allowlist),
         max_turns=max_turns,
+        max_tool_concurrency=max_tool_concurrency,
     )
     try:
         yield harness
@@ -112,6 +115,11 @@ class RecordingModel:
         self.problems: list[str] = []
         if name is not None:
             self.name = name
+
+    @property
+    def native_output(self) -> bool:
+        """The inner model's (see ``hango.agent.output.prefers_native``)."""
+        return bool(getattr(self.inner, "native_output", False))
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         self.requests.append(request)

@@ -98,7 +98,9 @@ def wire_problems(body: Mapping[str, Any]) -> list[str]:
     its ``messages`` are read back into hango messages first. A text block's string content,
     a tool result's content of any shape and the kinds of block hango does not model (images,
     thinking, server tool blocks) count as non-empty content; an empty ``text`` still counts
-    as blank. Raises ``KeyError`` or ``TypeError`` for a body with no list of messages."""
+    as blank. A body that forces a tool choice (``any`` or ``tool``) with thinking enabled is
+    refused as the API refuses it. Raises ``KeyError`` or ``TypeError`` for a body with no list
+    of messages."""
     messages = []
     for raw in body["messages"]:
         content = raw["content"]
@@ -114,4 +116,9 @@ def wire_problems(body: Mapping[str, Any]) -> list[str]:
             else:  # a block the rules say nothing about: it only makes the message non-empty
                 blocks.append(TextBlock(f"<{kind}>"))
         messages.append(Message(raw["role"], tuple(blocks)))
-    return history_problems(messages)
+    problems = history_problems(messages)
+    thinking = body.get("thinking") or {}
+    forced = (body.get("tool_choice") or {}).get("type") in ("any", "tool")
+    if forced and thinking.get("type") not in (None, "disabled"):
+        problems.append("thinking may not be used when tool_choice forces tool use")
+    return problems

@@ -61,6 +61,11 @@ class Tool(Protocol):
     a resumed run never runs a started call without a saved result again on its own: the call
     gets an error result saying its outcome is unknown, or a person is asked again when an
     approval middleware gates the tool.
+
+    The calls of one model response run concurrently. A tool that must not overlap another
+    call (it changes what its siblings read, or its service allows one request at a time)
+    declares ``sequential = True`` (absent means False): it runs alone, as a barrier between
+    the calls before and after it.
     """
 
     @property

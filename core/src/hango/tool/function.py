@@ -26,12 +26,14 @@ from hango.tool.base import ToolContext, ToolResult
 @frozen
 class FunctionTool:
     """A Tool wrapping ``func``; ``context_param`` names the parameter that takes ToolContext;
-    ``idempotent`` is False for a function whose effect must not happen twice (see ``Tool``)."""
+    ``idempotent`` is False for a function whose effect must not happen twice, ``sequential``
+    True for one that must run alone, never beside another call of its batch (see ``Tool``)."""
 
     spec: ToolSpec
     func: Callable[..., Any]
     context_param: str | None = None
     idempotent: bool = True
+    sequential: bool = False
 
     async def call(self, input: dict[str, Any], ctx: ToolContext) -> ToolResult:
         kwargs = dict(input)
@@ -82,21 +84,29 @@ def _schema(func: Callable[..., Any]) -> tuple[dict[str, Any], str | None]:
 
 
 def _build(
-    func: Callable[..., Any], name: str | None, description: str | None, idempotent: bool
+    func: Callable[..., Any],
+    name: str | None,
+    description: str | None,
+    idempotent: bool,
+    sequential: bool,
 ) -> FunctionTool:
     schema, context_param = _schema(func)
     doc = description if description is not None else inspect.getdoc(func)
     if not doc:
         raise TypeError(f"tool {func.__name__}: a tool needs a docstring (its description)")
     spec = ToolSpec(name or func.__name__, doc, schema)
-    return FunctionTool(spec, func, context_param, idempotent)
+    return FunctionTool(spec, func, context_param, idempotent, sequential)
 
 
 @overload
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, idempotent: bool = True
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = True,
+    sequential: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -107,14 +117,17 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = True,
+    sequential: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-    """Decorator: ``@tool`` or ``@tool(name=..., description=..., idempotent=False)`` on a sync
-    or async function. ``idempotent=False``: its effect must not happen twice (see ``Tool``).
+    """Decorator: ``@tool`` or ``@tool(name=..., description=..., idempotent=False,
+    sequential=True)`` on a sync or async function. ``idempotent=False``: its effect must not
+    happen twice; ``sequential=True``: it runs alone, after the calls of its batch before it
+    and before those after it (see ``Tool``).
 
     The function returns ``str`` (the result text), a ``ToolResult``, or any JSON-serialisable
     value (sent as JSON text). Raises ``TypeError`` at decoration time for a function with no
     docstring or with ``*args``/``**kwargs``.
     """
     if func is not None:
-        return _build(func, name, description, idempotent)
-    return lambda f: _build(f, name, description, idempotent)
+        return _build(func, name, description, idempotent, sequential)
+    return lambda f: _build(f, name, description, idempotent, sequential)

@@ -5,10 +5,12 @@ tool the agent may not use from the request handed to the provider; as a tool wr
 refuses any call to such a tool. Being innermost, it sees each request after every other
 middleware had its say, so none of them can re-add a banned tool or rewrite a call into one.
 
-The allowlist is the agent's effective ``tool_allowlist`` (``StackConfig.tool_allowlist``).
-``None`` (no allowlist) allows every tool: the middleware is then a pass-through, kept in the
-stack so ``hango plugins`` and the run's ``agent.middleware_stack`` show the same slots for
-every agent.
+The allowlist is the agent's effective ``tool_allowlist`` (``StackConfig.tool_allowlist``),
+intersected with the run's narrowings (``hango.middleware.narrow_tools``: hango-skills narrows
+the tools to a skill's ``allowed-tools`` while it is active), read from the run's state on
+every call. With neither, every tool is allowed: the middleware is then a pass-through, kept
+in the stack so ``hango plugins`` and the run's ``agent.middleware_stack`` show the same slots
+for every agent.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from hango.middleware import (
     TOOL_NAME,
     ModelHandler,
     ModelRequest,
+    State,
     ToolCallRequest,
     ToolHandler,
     record,
+    tool_narrowing,
 )
 
 
@@ -38,8 +42,17 @@ class ToolAllowlistMiddleware:
     def __init__(self, allowed: Set[str] | None) -> None:
         self.allowed = None if allowed is None else frozenset(allowed)
 
+    def _policy(self, state: State) -> tuple[frozenset[str] | None, tuple[str, ...]]:
+        """The tools allowed now, and the middlewares that narrowed them (empty: none did)."""
+        narrowed, by = tool_narrowing(state)
+        if narrowed is None:
+            return self.allowed, ()
+        if self.allowed is None:
+            return narrowed, by
+        return self.allowed & narrowed, by
+
     async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
-        allowed = self.allowed
+        allowed, by = self._policy(req.state)
         if allowed is None:
             return await next(req)
         tools = req.request.tools
@@ -49,12 +62,14 @@ class ToolAllowlistMiddleware:
         record(
             REQUEST_REWRITTEN,
             middleware=self.name,
-            reason="tools outside the allowlist removed",
+            reason="tools outside the narrowed set removed"
+            if by
+            else "tools outside the allowlist removed",
         )
         return await next(attrs.evolve(req, request=attrs.evolve(req.request, tools=kept)))
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
-        allowed = self.allowed
+        allowed, by = self._policy(req.state)
         if allowed is None:
             return await next(req)
         # Check the tool that would run as well as the name: a wrapper could pair an allowed
@@ -71,6 +86,13 @@ class ToolAllowlistMiddleware:
             reason="tool not allowed",
             attributes={TOOL_NAME: banned[0]},
         )
+        if by:
+            return error_result(
+                "Refused: tool %r is not available now (narrowed by %s). Use one of: %s.",
+                banned[0],
+                ", ".join(by),
+                ", ".join(sorted(allowed)) or "(no tools)",
+            )
         return error_result(
             "Refused: tool %r is not allowed for this agent. Use one of: %s.",
             banned[0],

@@ -5,8 +5,11 @@ counters; after the call completes it counts it (a model call with its tokens, a
 with its tool's name). The counters live in the middleware's private state, which the loop
 saves with the call's message or result in one checkpoint, so a call is counted exactly when
 its outcome is kept: a run killed mid-call counts that call once, when it is re-run after the
-resume. The state is session-scoped: the session's next run starts from it and resets only
-the run's own counters (``LimitsState.start_run``).
+resume. The tool calls of a batch run concurrently, so a call that passed its check is kept as
+running (by call id) until it completes: its siblings' checks count it, and a budget is never
+overshot by calls that all started before any finished. The state is session-scoped: the
+session's next run starts from it and resets only the run's own counters
+(``LimitsState.start_run``).
 
 Reaching a limit (the counter is already at its maximum when a call would start):
 
@@ -96,9 +99,20 @@ class LimitsState:
     session: Counts = field(factory=Counts)
     ending: str | None = None
     raised: dict[str, int] = field(factory=dict)
+    running: dict[str, str] = field(factory=dict)
 
     def scope(self, limit: Limit) -> Counts:
         return self.run if limit.scope == "run" else self.session
+
+    def used(self, limit: Limit, call_id: str | None = None) -> int:
+        """What ``limit``'s scope has used, counting the tool calls running (other than
+        ``call_id``, whose own earlier start a resumed run finds) as used."""
+        used = self.scope(limit).used(limit)
+        if limit.counter in MODEL_COUNTERS:
+            return used
+        return used + sum(
+            1 for cid, name in self.running.items() if cid != call_id and limit.tool in (None, name)
+        )
 
     def start_run(self, run_id: str) -> None:
         """Begin counting run ``run_id``: its counters, its pending end and the raises of
@@ -106,6 +120,8 @@ class LimitsState:
         self.run_id = run_id
         self.run = Counts()
         self.ending = None
+        # Calls of an earlier run that never completed will not: that run is over.
+        self.running = {}
         self.raised = {k: v for k, v in self.raised.items() if k.startswith("session.")}
 
 
@@ -226,12 +242,27 @@ class LimitsMiddleware:
             return error_result(
                 "Not executed: the limit of %s was reached; the run is ending.", counts.ending
             )
-        reached = _reached((lim for lim in self._tool_limits if lim.tool in (None, name)), counts)
+        call_id = req.call.id
+        reached = _reached(
+            (lim for lim in self._tool_limits if lim.tool in (None, name)), counts, call_id
+        )
         if reached:
             refused = self._tool_limit(req, reached, counts)
             if refused is not None:
                 return refused
-        result = await next(req)
+        counts.running[call_id] = name
+        store_private(req.state, self.name, counts)
+        try:
+            result = await next(req)
+        except BaseException:
+            # Not completed (cancelled, or a pause the loop undoes anyway): not counted.
+            counts = self._load(req.state)
+            counts.running.pop(call_id, None)
+            store_private(req.state, self.name, counts)
+            raise
+        # Loaded again: the siblings that completed meanwhile stored their counts.
+        counts = self._load(req.state)
+        counts.running.pop(call_id, None)
         counts.run.add_tool_call(name)
         counts.session.add_tool_call(name)
         store_private(req.state, self.name, counts)
@@ -301,13 +332,15 @@ class LimitsMiddleware:
         )
 
 
-def _reached(limits: Iterable[Limit], counts: LimitsState) -> list[Limit]:
+def _reached(
+    limits: Iterable[Limit], counts: LimitsState, call_id: str | None = None
+) -> list[Limit]:
     """Those of ``limits`` whose counter is at its maximum (as raised by people, when they
-    did), each with that maximum."""
+    did), each with that maximum; running tool calls other than ``call_id`` count."""
     out = []
     for lim in limits:
         maximum = lim.maximum + counts.raised.get(lim.key, 0)
-        if counts.scope(lim).used(lim) >= maximum:
+        if counts.used(lim, call_id) >= maximum:
             out.append(lim if maximum == lim.maximum else attrs.evolve(lim, maximum=maximum))
     return out
 

@@ -49,8 +49,8 @@ def _answer(
     assistant message, if it is a user message): ``(messages, added, dropped)``.
 
     Results for other calls, and second results for a call, are dropped. Synthetic results
-    for unanswered calls go right after the reply's own results (a provider wants results
-    before any text), or into a new message before the reply when it carries no results.
+    for unanswered calls go among the reply's own results, in call order (a provider wants
+    results before any text), or into a new message before the reply when it carries none.
     """
     unanswered = {c.id for c in calls}
     content = reply.content if reply is not None else ()
@@ -71,8 +71,17 @@ def _answer(
     body = reply if not dropped else (Message("user", tuple(kept)) if kept else None)
     out: list[Message] = []
     if missing and answered:
+        # In call order, as the loop answers a batch: a concurrent batch cancelled mid-way
+        # has results for calls on both sides of the unanswered ones.
+        order = {c.id: i for i, c in enumerate(calls)}
         last = max(i for i, b in enumerate(kept) if isinstance(b, ToolResultBlock))
-        body = Message("user", (*kept[: last + 1], *missing, *kept[last + 1 :]))
+        head = kept[: last + 1]
+        results = sorted(
+            [b for b in head if isinstance(b, ToolResultBlock)] + list(missing),
+            key=lambda b: order[b.tool_use_id],
+        )
+        others = [b for b in head if not isinstance(b, ToolResultBlock)]
+        body = Message("user", (*results, *others, *kept[last + 1 :]))
     elif missing:
         out.append(Message("user", missing))
     if body is not None:

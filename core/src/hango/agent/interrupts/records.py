@@ -153,19 +153,49 @@ class StartedCall:
     started_at: str
 
 
+@frozen
+class RanCall:
+    """A call whose body returned, recorded before any wrapper saw the result: its tool,
+    arguments digest and result (its text as the history keeps it, ``is_error``). A pass
+    that stops before the result's block is saved (a wrapper raised after ``next`` returned,
+    or the process died) leaves it, and the resumed run answers the call with it instead of
+    running the body again.
+
+    The text is kept as its pieces between NUL characters (``parts``), which PostgreSQL's
+    jsonb (the run's state) cannot hold; ``content`` joins them again."""
+
+    tool: str
+    digest: str
+    parts: tuple[str, ...]
+    is_error: bool = False
+
+    @classmethod
+    def of(cls, tool: str, digest: str, content: str, is_error: bool) -> RanCall:
+        return cls(tool, digest, tuple(content.split("\x00")), is_error)
+
+    @property
+    def content(self) -> str:
+        return "\x00".join(self.parts)
+
+
 @define
 class InterruptBook:
     """The interrupt record of a run (``State.interrupts``), persisted in ``runs.state_json``.
 
     ``pending``: the questions of the current interrupt cycle, answered or not. ``started``:
     tool call id -> ``StartedCall`` for calls that started and have no saved result yet.
-    ``decided``: answered questions whose cycle is over or whose call ran, oldest first (the
-    run's record of human decisions).
+    ``ran``: tool call id -> ``RanCall`` for calls whose body returned and whose result block
+    is not saved yet. ``stepped``: the last pass ended at a step boundary inside a tool batch
+    (``hango.run.step``), so the batch's unanswered calls are the next step's, not dangling
+    history. ``decided``: answered questions whose cycle is over or whose call ran,
+    oldest first (the run's record of human decisions).
     """
 
     pending: list[PendingAction] = field(factory=list)
     started: dict[str, StartedCall] = field(factory=dict)
     decided: list[PendingAction] = field(factory=list)
+    ran: dict[str, RanCall] = field(factory=dict)
+    stepped: bool = False
 
     def waiting(self) -> list[PendingAction]:
         """The pending actions without a decision: what the run waits for."""
@@ -208,10 +238,16 @@ class InterruptBook:
         self.retire(tool_call_id)
         self.started[tool_call_id] = StartedCall(tool, digest, now_iso())
 
+    def ran_body(self, tool_call_id: str, call: RanCall) -> None:
+        """The call's body returned ``call``'s result: it is no longer only started."""
+        self.started.pop(tool_call_id, None)
+        self.ran[tool_call_id] = call
+
     def finish(self, tool_call_id: str) -> None:
         """The call has a result (saved with this record): nothing about it is pending."""
         self.retire(tool_call_id)
         self.started.pop(tool_call_id, None)
+        self.ran.pop(tool_call_id, None)
 
 
 class Interrupt(BaseException):

@@ -1,0 +1,2 @@
+DROP TABLE memory_versions;
+DROP TABLE memory_entries;
