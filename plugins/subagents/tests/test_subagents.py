@@ -513,6 +513,9 @@ async def test_the_example_suspends_the_lead_and_one_approval_completes_both(
     assert resumed.returncode == 0, resumed.stderr
     assert (workspace / "writes.log").read_text() == "write_findings\n"
     assert "Limits: 42" in (workspace / "findings.md").read_text()
+    # Listed under its lead, the child being the newer.
+    listed = cli.run("runs", "list").stdout.splitlines()
+    assert [line.split("\t")[0] for line in listed] == [str(lead.id), str(child.id)]
     tree = cli.run("runs", "show", str(lead.id)).stdout
     assert f"task call lead_task_1 -> child run {child.id}  researcher  completed" in tree
     (child, lead) = await cli.runs(tenant)

@@ -139,6 +139,28 @@ def _shown(r: RunRecord, prompts: dict[uuid.UUID, str]) -> tuple[str, str]:
     return r.status.value, prompts[r.id]
 
 
+def _under_parents(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """``records`` (newest first) with each child run moved right under its parent when the
+    parent is listed too (a child is newer than its parent), children in the order they were
+    started; the rest keep their order."""
+    listed = {r.id for r in records}
+    children: dict[uuid.UUID, list[RunRecord]] = {}
+    for r in reversed(records):
+        if r.parent_run_id in listed:
+            children.setdefault(r.parent_run_id, []).append(r)
+    out: list[RunRecord] = []
+
+    def add(r: RunRecord) -> None:
+        out.append(r)
+        for child in children.get(r.id, ()):
+            add(child)
+
+    for r in records:
+        if r.parent_run_id not in listed:
+            add(r)
+    return out
+
+
 def _print_table(
     records: Sequence[RunRecord], names: dict[uuid.UUID, str], prompts: dict[uuid.UUID, str]
 ) -> None:
@@ -161,7 +183,8 @@ def _print_table(
         style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(status, "red")
         table.add_row(
             str(r.id)[:prefix],
-            names[r.agent_id],
+            # A sub-agent's child run, listed under its parent.
+            ("└ " if r.parent_run_id is not None else "") + names[r.agent_id],
             str(r.session_id)[:prefix],
             r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
             Text(status, style=style),
@@ -181,12 +204,14 @@ def _print_table(
 @db_option
 @json_option
 def runs_list(limit: int, db: str | None, as_json: bool) -> None:
-    """List runs, newest first: id, agent, session, start time, status and prompt."""
+    """List runs, newest first: id, agent, session, start time, status and prompt; a
+    sub-agent's child run right under its parent."""
 
     async def main_() -> None:
         store = await open_store(db_url(db))
         try:
-            records = await store.list_runs(Config.from_env().tenant_id, limit=limit)
+            newest = await store.list_runs(Config.from_env().tenant_id, limit=limit)
+            records = _under_parents(newest)
             names = await _agent_names(store, records)
             prompts = await _prompts(store, records)
         finally:
