@@ -123,6 +123,7 @@ async def test_listed_middlewares_fill_the_agent_slot_in_the_agents_order(
     assert names == [
         "skills",
         "filesystem",
+        "subagent",
         "mcp",
         "summarization",
         "repair_tool_calls",

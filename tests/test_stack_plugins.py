@@ -31,6 +31,7 @@ import hango_repair
 import hango_repeat
 import hango_retry
 import hango_skills
+import hango_subagents
 import hango_summarization
 import hango_todo
 from hango import (
@@ -57,6 +58,7 @@ HANGO = Path(hango_executable())
 STACK = [
     "skills",
     "filesystem",
+    "subagent",
     "mcp",
     "summarization",
     "repair_tool_calls",
@@ -85,6 +87,7 @@ PLUGINS: dict[str, ModuleType] = {
     "memory": hango_memory,
     "mcp": hango_mcp,
     "summarization": hango_summarization,
+    "subagent": hango_subagents,
 }
 #: entry-point name -> the slot its middleware fills
 SLOTS = {
@@ -102,6 +105,7 @@ SLOTS = {
     "memory": "memory",
     "mcp": "mcp",
     "summarization": "summarization",
+    "subagent": "subagent",
 }
 
 
@@ -116,7 +120,7 @@ def test_registration_order_never_changes_the_chain(order: list[str]) -> None:
     pm = make_plugin_manager(env={}, load_entrypoints=False)
     for name in order:
         pm.register(PLUGINS[name], name=name)
-    config = StackConfig(tool_allowlist=frozenset({"read_file", "write_todos"}))
+    config = StackConfig(tool_allowlist=frozenset({"read_file", "write_todos", "task"}))
     assert [m.name for m in default_stack(config, pm)] == STACK
 
 
@@ -135,6 +139,7 @@ def test_hango_plugins_lists_the_installed_in_slot_order() -> None:
     assert [(r["name"], r["distribution"], r["slot"]) for r in rows] == [
         ("skills", "hango-skills", "skills"),
         ("filesystem", "hango-filesystem", "filesystem"),
+        ("subagent", "hango-subagents", "subagent"),
         ("mcp", "hango-mcp", "mcp"),
         ("summarization", "hango-summarization", "summarization"),
         ("repair_tool_calls", "hango-repair", "repair_tool_calls"),

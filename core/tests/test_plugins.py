@@ -17,40 +17,45 @@ from hango.discovery import check_options, default_stack, discover, resolve_stac
 from hango.middleware import StackConfig
 from hango.plugins import PluginWarning, make_plugin_manager
 
+#: The pinned slot the test plugin fills, and the setting that sets aside the shipped plugin
+#: filling it (entry point ``retry``, middleware ``tool_retry``): every slot has one now.
+SLOT_NAME = "tool_retry"
+REAL_ASIDE = {"HANGO_DISABLE_PLUGINS": "retry"}
+
 
 def test_plugin_installed_through_its_entry_point(install: Install) -> None:
-    install("hango-testplug", "testplug", "subagent")
-    pm = make_plugin_manager(env={})
+    install("hango-testplug", "testplug", SLOT_NAME)
+    pm = make_plugin_manager(env=REAL_ASIDE)
     assert pm.has_plugin("testplug")
     (placement,) = [p for p in discover(StackConfig(), pm) if p.plugin == "testplug"]
     assert (placement.distribution, placement.version) == ("hango-testplug", "1.2.3")
-    assert placement.slot == STACK_ORDER.index("subagent")
+    assert placement.slot == STACK_ORDER.index(SLOT_NAME)
     assert placement.capabilities == ("prompt_contributor",)
-    assert "subagent" in [m.name for m in default_stack(StackConfig(), pm)]
+    assert SLOT_NAME in [m.name for m in default_stack(StackConfig(settings=REAL_ASIDE), pm)]
 
 
 def test_blocking_by_environment_variable(install: Install) -> None:
-    install("hango-testplug", "testplug", "subagent")
-    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug "})
+    install("hango-testplug", "testplug", SLOT_NAME)
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": " other, testplug, retry "})
     assert not pm.has_plugin("testplug")
     with pytest.warns(
         PluginWarning, match="HANGO_DISABLE_PLUGINS names no installed plugin or middleware: other"
     ):
-        assert "subagent" not in [m.name for m in default_stack(StackConfig(), pm)]
+        assert SLOT_NAME not in [m.name for m in default_stack(StackConfig(), pm)]
 
 
 def test_default_stack_honours_the_settings_it_is_given(install: Install) -> None:
-    install("hango-testplug", "testplug", "subagent")
-    disabled = StackConfig(settings={"HANGO_DISABLE_PLUGINS": "testplug"})
-    assert "subagent" not in [m.name for m in default_stack(disabled)]
-    assert "subagent" in [m.name for m in default_stack(StackConfig(settings={}))]
+    install("hango-testplug", "testplug", SLOT_NAME)
+    disabled = StackConfig(settings={"HANGO_DISABLE_PLUGINS": "testplug,retry"})
+    assert SLOT_NAME not in [m.name for m in default_stack(disabled)]
+    assert SLOT_NAME in [m.name for m in default_stack(StackConfig(settings=REAL_ASIDE))]
 
 
 def test_an_unknown_name_to_disable_is_warned_about(install: Install) -> None:
-    install("hango-testplug", "testplug", "subagent")
-    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "testplg,todo"})
+    install("hango-testplug", "testplug", SLOT_NAME)
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "testplg,todo,retry"})
     with pytest.warns(PluginWarning) as caught:
-        discover(StackConfig(settings={}), pm)
+        discover(StackConfig(settings=REAL_ASIDE), pm)
     (warning,) = caught
     assert str(warning.message).startswith(
         "HANGO_DISABLE_PLUGINS names no installed plugin or middleware: testplg (installed: "
@@ -61,10 +66,10 @@ def test_an_unknown_name_to_disable_is_warned_about(install: Install) -> None:
 
 def test_a_middleware_name_disables_its_middleware(install: Install) -> None:
     """HANGO_DISABLE_PLUGINS takes the names `hango plugins` shows, not only entry points."""
-    install("hango-testplug", "testplug", "subagent")
-    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": "subagent"})
+    install("hango-testplug", "testplug", SLOT_NAME)
+    pm = make_plugin_manager(env={"HANGO_DISABLE_PLUGINS": SLOT_NAME})
     assert pm.has_plugin("testplug")
-    assert "subagent" not in [p.name for p in discover(StackConfig(settings={}), pm)]
+    assert SLOT_NAME not in [p.name for p in discover(StackConfig(settings={}), pm)]
 
 
 def test_two_distributions_claiming_one_name_is_an_error_naming_both(install: Install) -> None:
@@ -80,14 +85,14 @@ def test_a_plugin_that_fails_to_load_names_itself_and_blocks_only_who_needs_it(
     install: Install,
 ) -> None:
     install("hango-broken", "broken", "x", body="import not_a_module_anywhere\n")
-    install("hango-testplug", "testplug", "subagent")
-    pm = make_plugin_manager(env={})
+    install("hango-testplug", "testplug", SLOT_NAME)
+    pm = make_plugin_manager(env=REAL_ASIDE)
     (failure,) = pm.failures.values()
     assert "'broken'" in failure and "hango-broken" in failure
     assert "not_a_module_anywhere" in failure and "HANGO_DISABLE_PLUGINS=broken" in failure
     # An agent that does not need it gets its stack (the plugin is warned about, left out).
     with pytest.warns(PluginWarning, match="left out: plugin 'broken'"):
-        assert "subagent" in [m.name for m in default_stack(StackConfig(settings={}), pm)]
+        assert SLOT_NAME in [m.name for m in default_stack(StackConfig(settings=REAL_ASIDE), pm)]
     # One that lists a middleware nobody else provides is told which plugin failed.
     with pytest.raises(ConfigError) as info, pytest.warns(PluginWarning):
         resolve_stack(StackConfig(agent_middleware=("x",), settings={}), pm)

@@ -25,6 +25,7 @@ HEAD = [
     "0006.workspace",
     "0007.memory",
     "0008.run-claim",
+    "0009.child-runs",
 ]
 
 

@@ -66,7 +66,10 @@ async def test_invoke_agent_carries_the_exact_ordered_stack(demo_trace: Any) -> 
 
 
 async def test_before_run_has_a_child_span_per_hook(demo_trace: Any) -> None:
-    hooks = [m.name for m in default_stack(StackConfig()) if isinstance(m, RunHook)]
+    # The demo's stack: its allowlist leaves out tools (task) and so the plugins offering them.
+    allowlist = AgentDefinition.from_file(DEMO / "agent.toml").tool_allowlist or ()
+    config = StackConfig(tool_allowlist=frozenset(allowlist))
+    hooks = [m.name for m in default_stack(config) if isinstance(m, RunHook)]
     assert "repair_tool_calls" in hooks
     before = demo_trace.one("agent.before_run")
     assert before.parent.span_id == demo_trace.one("invoke_agent demo").context.span_id

@@ -65,7 +65,7 @@ from hango.run import (
     RunNotResumable,
     StepResult,
 )
-from hango.store import RunBusy, RunSave, RunStore, StoreError, open_store
+from hango.store import RunBusy, RunRecord, RunSave, RunStore, StoreError, open_store
 from hango.tool import Tool, ToolContext, ToolRegistry, ToolResult, ToolView, error_result, tool
 
 try:
@@ -106,6 +106,7 @@ __all__ = [
     "RunBusy",
     "RunFinished",
     "RunNotResumable",
+    "RunRecord",
     "RunSave",
     "RunStarted",
     "RunStatus",

@@ -35,6 +35,8 @@ listed, with one line, in docs/reference/api.md.
   environment, as ``hango`` reads them).
 - Workspace storage: ``workspace_blobs(state)`` gives the ``WorkspaceBlobs`` of the run's
   session in hango's own database (content by SHA-256, ``digest_of``), None outside a run.
+- Runs: ``executing_harness()``, the ``Harness`` executing the calling run (a sub-agent starts
+  its child runs through it).
 - Plugins: ``hookimpl`` marks the ``hango_middleware`` / ``hango_options_schema`` /
   ``hango_cli_commands`` hooks.
 """
@@ -91,6 +93,7 @@ from hango.config import (
     int_setting,
 )
 from hango.hookspecs import hookimpl
+from hango.run.runner import executing_harness
 from hango.store.memory import (
     EDIT_MODES,
     EditMode,
@@ -177,6 +180,7 @@ __all__ = [
     "argument_digest",
     "digest_of",
     "duration_setting",
+    "executing_harness",
     "float_setting",
     "held_calls",
     "hookimpl",

@@ -74,7 +74,21 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "engine": engine_of(r.config),
         # The validated structured output, once the run has one (agents with output_schema).
         "output": r.state.get("output") if isinstance(r.state, dict) else None,
+        # A sub-agent's child run: the run and the tool call it answers (else None).
+        "parent_run_id": None if r.parent_run_id is None else str(r.parent_run_id),
+        "parent_tool_call_id": r.parent_tool_call_id,
     }
+
+
+async def _tree(
+    store: RunStore, tenant: uuid.UUID, run_id: uuid.UUID, depth: int = 0
+) -> list[tuple[int, RunRecord]]:
+    """The child runs of ``run_id`` and theirs, depth first, each with its depth (0: a child)."""
+    rows: list[tuple[int, RunRecord]] = []
+    for child in await store.child_runs(tenant, run_id):
+        rows.append((depth, child))
+        rows += await _tree(store, tenant, child.id, depth + 1)
+    return rows
 
 
 async def _agent_names(store: RunStore, records: Sequence[RunRecord]) -> dict[uuid.UUID, str]:
@@ -127,6 +141,28 @@ def _shown(r: RunRecord, prompts: dict[uuid.UUID, str]) -> tuple[str, str]:
     return r.status.value, prompts[r.id]
 
 
+def _under_parents(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """``records`` (newest first) with each child run moved right under its parent when the
+    parent is listed too (a child is newer than its parent), children in the order they were
+    started; the rest keep their order."""
+    listed = {r.id for r in records}
+    children: dict[uuid.UUID, list[RunRecord]] = {}
+    for r in reversed(records):
+        if r.parent_run_id in listed:
+            children.setdefault(r.parent_run_id, []).append(r)
+    out: list[RunRecord] = []
+
+    def add(r: RunRecord) -> None:
+        out.append(r)
+        for child in children.get(r.id, ()):
+            add(child)
+
+    for r in records:
+        if r.parent_run_id not in listed:
+            add(r)
+    return out
+
+
 def _print_table(
     records: Sequence[RunRecord], names: dict[uuid.UUID, str], prompts: dict[uuid.UUID, str]
 ) -> None:
@@ -149,7 +185,8 @@ def _print_table(
         style = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(status, "red")
         table.add_row(
             str(r.id)[:prefix],
-            names[r.agent_id],
+            # A sub-agent's child run, listed under its parent.
+            ("└ " if r.parent_run_id is not None else "") + names[r.agent_id],
             str(r.session_id)[:prefix],
             r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"),
             Text(status, style=style),
@@ -169,12 +206,14 @@ def _print_table(
 @db_option
 @json_option
 def runs_list(limit: int, db: str | None, as_json: bool) -> None:
-    """List runs, newest first: id, agent, session, start time, status and prompt."""
+    """List runs, newest first: id, agent, session, start time, status and prompt; a
+    sub-agent's child run right under its parent."""
 
     async def main_() -> None:
         store = await open_store(db_url(db))
         try:
-            records = await store.list_runs(Config.from_env().tenant_id, limit=limit)
+            newest = await store.list_runs(Config.from_env().tenant_id, limit=limit)
+            records = _under_parents(newest)
             names = await _agent_names(store, records)
             prompts = await _prompts(store, records)
         finally:
@@ -209,7 +248,8 @@ def runs_list(limit: int, db: str | None, as_json: bool) -> None:
 @json_option
 @click.argument("run_id")
 def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
-    """Show RUN_ID (an id or a unique prefix): status, messages and state (the plan)."""
+    """Show RUN_ID (an id or a unique prefix): status, messages, state (the plan) and its
+    child runs (sub-agents), as a tree."""
 
     async def main_() -> None:
         store = await open_store(db_url(db))
@@ -217,12 +257,17 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
             tenant = Config.from_env().tenant_id
             record = await store.get_run(tenant, await resolve(store, "run", run_id))
             messages = await store.load_messages(tenant, record.session_id)
+            tree = await _tree(store, tenant, record.id)
+            names = await _agent_names(store, [r for _, r in tree])
         finally:
             await store.aclose()
         pending = pending_of(record.state)
         if as_json:
             doc = _run_json(record) | {
                 "engine_run": _engine_run(record),
+                "children": [
+                    _run_json(r) | {"agent": names[r.agent_id]} for depth, r in tree if depth == 0
+                ],
                 "pending": None if pending is None else pending_json(pending),
                 "state": record.state,
                 "messages": [message_to_json(m) for m in messages],
@@ -230,6 +275,15 @@ def runs_show(db: str | None, as_json: bool, run_id: str) -> None:
             console.print_json(json.dumps(doc))
             return
         _print_run(record, messages)
+        if tree:
+            console.print("child runs (sub-agents):")
+        for depth, r in tree:
+            console.print(
+                f"{'  ' * (depth + 1)}task call {r.parent_tool_call_id} -> child run {r.id}  "
+                f"{names[r.agent_id]}  {r.status.value}",
+                markup=False,
+                soft_wrap=True,
+            )
         if pending and record.status is RunStatus.SUSPENDED:
             print_pending(console, record.id, pending, db)
 

@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
 import anyio
+import attrs
 from opentelemetry.trace import SpanKind
 
 from hango import telemetry
@@ -75,6 +77,26 @@ class AllowlistWarning(HangoWarning):
 
 async def _discard(_: Event) -> None:
     return None
+
+
+#: The Harness executing the current run, seen by its middlewares and tools (a sub-agent starts
+#: and executes its child runs through it: the same store, tenant, plugins and settings).
+_EXECUTING: contextvars.ContextVar[Harness] = contextvars.ContextVar("hango_executing_harness")
+
+
+def executing_harness() -> Harness:
+    """The ``Harness`` executing the run whose middleware or tool is calling. Raises
+    ``LookupError`` outside a run's execution."""
+    return _EXECUTING.get()
+
+
+@contextlib.contextmanager
+def _executing(harness: Harness) -> Iterator[None]:
+    token = _EXECUTING.set(harness)
+    try:
+        yield
+    finally:
+        _EXECUTING.reset(token)
 
 
 class Harness:
@@ -205,12 +227,16 @@ class Harness:
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
         engine: str | None = None,
+        parent_run_id: uuid.UUID | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> RunRecord:
         """Record a new run of ``agent`` with the user ``message`` (in a new session unless
         ``session_id`` continues one), with its stack and model. ``status=QUEUED`` leaves it
         for a worker; ``engine`` names the engine that will execute it (``hango.run.engine``:
         recorded as ``config["engine"]``; the run stays ``running`` with no lease, so the own
         queue's workers never take it) and, like a queued run, needs a portable agent.
+        ``parent_run_id`` / ``parent_tool_call_id``: a sub-agent's child run, answering that
+        tool call of that run (``RunStore.create_run``).
 
         Raises, before recording anything: ``AgentFileError`` (a tool path does not import),
         ``ConfigError`` (an agent middleware or an ``[options.*]`` table is invalid, a plugin
@@ -242,6 +268,8 @@ class Harness:
                 "queued": status is RunStatus.QUEUED,
                 **({"engine": engine} if engine is not None else {}),
             },
+            parent_run_id=parent_run_id,
+            parent_tool_call_id=parent_tool_call_id,
         )
         if not agent.portable or agent.output_type is not None:
             # Only this process can continue it, or return its output as the agent's type.
@@ -321,6 +349,7 @@ class Harness:
             # Else the run would be left ``running`` with nobody to run it; the plan is kept
             # for the execute that follows (``resume``), so a resume plans its run once.
             plan = await self._continuable(run, agent)
+        decisions, forwarded = await self._decide_children(run, decisions)
         tools = None  # for checking an edit: imported only when there is one
         if any(d.type == "edit" for d in decisions.values()):
             tools = plan.tools if plan is not None else await self._tools_of(run, agent)
@@ -330,7 +359,48 @@ class Harness:
         )
         if plan is not None:
             self._planned[run_id] = plan
+        if forwarded:
+            done = attrs.evolve(done, recorded=(*forwarded, *done.recorded))
         return done
+
+    async def _decide_children(
+        self, run: RunRecord, decisions: Mapping[str, Decision]
+    ) -> tuple[dict[str, Decision], tuple[str, ...]]:
+        """Forward the decisions about a child run's calls to the child.
+
+        A pending action whose ``request`` holds a ``child_run_id`` (hango-subagents: a
+        ``task`` call whose child waits) stands for that child's questions, listed in its
+        ``request["pending"]``: decisions naming them are recorded on the child (continued by
+        the parent, so never queued), and once the child waits for nothing the parent's action
+        is approved. Approving the parent's action itself approves all of them. Returns the
+        decisions left for ``run`` and the child calls decided.
+        """
+        state = run.state if isinstance(run.state, dict) else {}
+        if run.status is not RunStatus.SUSPENDED or not state:
+            return dict(decisions), ()
+        left: dict[str, Decision] = dict(decisions)
+        forwarded: list[str] = []
+        for action in load_state(state).interrupts.waiting():
+            request = action.request
+            if not isinstance(request, dict) or "child_run_id" not in request:
+                continue
+            pending = request.get("pending", ())
+            asked = {key for p in pending for key in (p["id"], p["tool_call_id"])}
+            mine = {k: d for k, d in left.items() if k in asked}
+            whole = left.get(action.id) or left.get(action.tool_call_id)
+            if not mine and whole is not None and whole.type == "approve":
+                # Approving the delegation itself approves every call its child asks about.
+                mine = {p["id"]: Decision.approve() for p in pending}
+                left = {k: d for k, d in left.items() if k not in (action.id, action.tool_call_id)}
+            if not mine:
+                continue
+            child = uuid.UUID(request["child_run_id"])
+            done = await self.decide(child, mine, queue=False)
+            forwarded += done.recorded
+            left = {k: d for k, d in left.items() if k not in mine}
+            if not done.waiting:
+                left[action.id] = Decision.approve()
+        return left, tuple(forwarded)
 
     async def _tools_of(self, run: RunRecord, agent: AgentDefinition | None) -> ToolRegistry | None:
         """The agent's own tools for ``run``; None when this process cannot have them (an
@@ -550,6 +620,7 @@ class Harness:
         # The store is bound for the run's middlewares and tools (workspace files).
         with (
             bound_store(self.store),
+            _executing(self),
             telemetry.tracer.start_as_current_span(
                 f"invoke_agent {agent.name}",
                 kind=SpanKind.INTERNAL,

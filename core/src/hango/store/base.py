@@ -120,6 +120,10 @@ class RunRecord:
     lease_owner: str | None = None
     lease_expires_at: dt.datetime | None = None
     config: dict[str, Any] = field(factory=dict)
+    #: A sub-agent's run: the run that delegated to it and the id of the parent's tool call
+    #: it answers (migration 0009); None for a top-level run.
+    parent_run_id: uuid.UUID | None = None
+    parent_tool_call_id: str | None = None
     #: What in the row does not decode (``"runs.config_json: not a JSON object (a list)"``),
     #: the column replaced by a neutral value; None for a sound row. ``list_runs`` returns such
     #: rows so one bad row never hides the others; ``get_run`` raises ``CorruptRow``.
@@ -194,6 +198,8 @@ def run_from_row(row: Mapping[str, Any]) -> RunRecord:
             "lease_expires_at", lambda v: None if v is None else as_time(v), None
         ),
         config=column("config_json", as_object, {}),
+        parent_run_id=column("parent_run_id", lambda v: None if v is None else as_uuid(v), None),
+        parent_tool_call_id=column("parent_tool_call_id", lambda v: v, None),
     )
     if problems:
         record = evolve(record, problem="; ".join(problems))
@@ -306,10 +312,14 @@ class RunStore(Protocol):
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
         config: dict[str, Any] | None = None,
+        parent_run_id: uuid.UUID | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> RunRecord:
         """Create a run (and a new session unless ``session_id`` is given) and append its user
         ``message`` to the session. Its state_json starts as ``{}`` (no state saved yet);
         ``config`` (what it is started with, see ``RunRecord``) is stored as config_json.
+        ``parent_run_id`` / ``parent_tool_call_id`` make it a sub-agent's child run answering
+        that tool call of that run (both or neither; one child per call, else ``SessionBusy``).
 
         Raises ``NotFound`` for an unknown session and ``SessionBusy`` when the session has a
         queued, running or suspended run.
@@ -324,6 +334,10 @@ class RunStore(Protocol):
         self, tenant_id: uuid.UUID, *, limit: int = 50, session_id: uuid.UUID | None = None
     ) -> list[RunRecord]:
         """Newest first."""
+        ...
+
+    async def child_runs(self, tenant_id: uuid.UUID, parent_run_id: uuid.UUID) -> list[RunRecord]:
+        """The child runs of ``parent_run_id`` (sub-agent delegations), oldest first."""
         ...
 
     async def ids_between(

@@ -67,7 +67,8 @@ _Conn = psycopg.AsyncConnection[DictRow]
 
 _RUN_COLUMNS = (
     "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
-    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json"
+    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json, "
+    "parent_run_id, parent_tool_call_id"
 )
 
 # One statement: the version (and lease) check, the run row and the session's messages from
@@ -305,6 +306,8 @@ class PostgresRunStore:
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
         config: dict[str, Any] | None = None,
+        parent_run_id: uuid.UUID | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> RunRecord:
         run_id = uuid.uuid4()
         new_session = session_id is None
@@ -357,11 +360,33 @@ class PostgresRunStore:
                     "VALUES (%s, %s, %s, %s, %s, %s::json)",
                     (tenant_id, session, start, run_id, message.role, content),
                 )
+                if parent_run_id is not None:
+                    cur = await conn.execute(
+                        "SELECT 1 FROM runs WHERE tenant_id = %s AND parent_run_id = %s "
+                        "AND parent_tool_call_id = %s",
+                        (tenant_id, parent_run_id, parent_tool_call_id),
+                    )
+                    if await cur.fetchone() is not None:
+                        raise SessionBusy(
+                            f"run {parent_run_id} has a child run for tool call "
+                            f"{parent_tool_call_id}"
+                        )
                 cur = await conn.execute(
                     "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, "
-                    "message_start, config_json) VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb) "
+                    "message_start, config_json, parent_run_id, parent_tool_call_id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s) "
                     f"RETURNING {_RUN_COLUMNS}",
-                    (tenant_id, run_id, session, agent_id, status.value, start, config_text),
+                    (
+                        tenant_id,
+                        run_id,
+                        session,
+                        agent_id,
+                        status.value,
+                        start,
+                        config_text,
+                        parent_run_id,
+                        parent_tool_call_id,
+                    ),
                 )
                 return await cur.fetchone()
 
@@ -394,6 +419,21 @@ class PostgresRunStore:
                 return await cur.fetchall()
 
         return [run_from_row(r) for r in await self._retried("listing runs", attempt)]
+
+    async def child_runs(self, tenant_id: uuid.UUID, parent_run_id: uuid.UUID) -> list[RunRecord]:
+        query = (
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = %(tenant)s "
+            "AND parent_run_id = %(parent)s ORDER BY created_at, id"
+        )
+        params = {"tenant": tenant_id, "parent": parent_run_id}
+
+        async def attempt(_: int) -> list[DictRow]:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query, params)
+                return await cur.fetchall()
+
+        rows = await self._retried(f"listing the child runs of {parent_run_id}", attempt)
+        return [run_from_row(r) for r in rows]
 
     async def ids_between(
         self,

@@ -54,7 +54,8 @@ T = TypeVar("T")
 
 _RUN_COLUMNS = (
     "id, tenant_id, session_id, agent_id, status, error, stop_reason, message_start, version, "
-    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json"
+    "state_json, created_at, updated_at, attempts, lease_owner, lease_expires_at, config_json, "
+    "parent_run_id, parent_tool_call_id"
 )
 
 #: How often an idle worker on SQLite looks for work: SQLite has no notifications.
@@ -197,6 +198,8 @@ class SqliteRunStore:
         session_id: uuid.UUID | None = None,
         status: RunStatus = RunStatus.RUNNING,
         config: dict[str, Any] | None = None,
+        parent_run_id: uuid.UUID | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> RunRecord:
         tenant = str(tenant_id)
         run_id = uuid.uuid4()
@@ -239,9 +242,21 @@ class SqliteRunStore:
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (tenant, str(session_id), start, str(run_id), message.role, content),
             )
+            if (
+                parent_run_id is not None
+                and conn.execute(
+                    "SELECT 1 FROM runs WHERE tenant_id = ? AND parent_run_id = ? "
+                    "AND parent_tool_call_id = ?",
+                    (tenant, str(parent_run_id), parent_tool_call_id),
+                ).fetchone()
+            ):
+                raise SessionBusy(
+                    f"run {parent_run_id} has a child run for tool call {parent_tool_call_id}"
+                )
             conn.execute(
                 "INSERT INTO runs (tenant_id, id, session_id, agent_id, status, message_start, "
-                "created_at, updated_at, config_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at, updated_at, config_json, parent_run_id, parent_tool_call_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     tenant,
                     str(run_id),
@@ -252,6 +267,8 @@ class SqliteRunStore:
                     now,
                     now,
                     config_text,
+                    None if parent_run_id is None else str(parent_run_id),
+                    parent_tool_call_id,
                 ),
             )
             return self._get_run(conn, tenant_id, run_id)
@@ -285,6 +302,18 @@ class SqliteRunStore:
 
         def fetch() -> list[RunRecord]:
             return [run_from_row(r) for r in self._conn.execute(sql, args).fetchall()]
+
+        return await self._call(fetch)
+
+    async def child_runs(self, tenant_id: uuid.UUID, parent_run_id: uuid.UUID) -> list[RunRecord]:
+        sql = (
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant_id = ? AND parent_run_id = ? "
+            "ORDER BY created_at, rowid"
+        )
+
+        def fetch() -> list[RunRecord]:
+            rows = self._conn.execute(sql, (str(tenant_id), str(parent_run_id))).fetchall()
+            return [run_from_row(r) for r in rows]
 
         return await self._call(fetch)
 
