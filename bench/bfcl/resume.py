@@ -54,7 +54,7 @@ from bench.bfcl.replay import ReplayModel, call_id, position
 from bench.bfcl.run import DATA_DIR, Stats, agent_for, bench_settings, parsed_calls
 from bench.bfcl.session import check_session
 from bench.bfcl.tools import build_registry
-from hango import Harness, Request, RunStatus, RunStore, open_store
+from hango import Harness, Request, RunBusy, RunFinished, RunStatus, RunStore, open_store
 from hango.config import DEFAULT_TENANT
 from hango.plugins import make_plugin_manager
 from hango.provider.events import StreamEvent
@@ -239,7 +239,9 @@ async def resume_task(
         "--workdir",
         str(workdir),
         "--settings",
-        json.dumps(settings),
+        # A short claim: the killed child's hold on its run lapses in a second, as a crashed
+        # executor's does after HANGO_RUN_LEASE_SECONDS, and the resume below can take it.
+        json.dumps({CLAIM_SETTING: "1", **settings}),
         *kill.args(),
     ]
     done = await anyio.run_process(command, check=False)
@@ -265,7 +267,7 @@ async def resume_task(
         return f"{task.id}: the killed run {killed.id} is completed"
     for turn in range(len(runs) - 1, len(task.turns)):
         if turn == len(runs) - 1:
-            finished = await harness.execute(killed.id)
+            finished = await _once_the_claim_lapses(harness, killed.id)
         else:
             run = await harness.start(
                 agent_for(task, turn, registry), task.turns[turn], session_id=session
@@ -279,6 +281,21 @@ async def resume_task(
     problem, interrupted = check_session(task, calls, history, env)
     stats.reissued += interrupted
     return None if problem is None else f"{task.id} (killed at {kill}): {problem}"
+
+
+#: The setting of how long an executor's claim on a run lasts unless renewed (seconds).
+CLAIM_SETTING = "HANGO_RUN_LEASE_SECONDS"
+
+
+async def _once_the_claim_lapses(harness: Harness, run_id: uuid.UUID) -> RunFinished:
+    """Execute the killed run once the dead child's claim on it has lapsed (``RunBusy``
+    until then: one executor per run)."""
+    with anyio.fail_after(30):
+        while True:
+            try:
+                return await harness.execute(run_id)
+            except RunBusy:
+                await anyio.sleep(0.2)
 
 
 async def run_resume_tasks(
