@@ -710,6 +710,7 @@ class Harness:
                 outcome.error,
                 state.usage,
                 tuple(state.interrupts.waiting()) if suspended else (),
+                output=outcome.output if outcome.status is RunStatus.COMPLETED else None,
             )
             await emit(finished)
             return finished, False
@@ -772,8 +773,12 @@ def _check_tools(agent: AgentDefinition, registry: ToolRegistry, chain: Chain) -
 
 def _finished(run: RunRecord, status: RunStatus, pending: Sequence[PendingAction]) -> RunFinished:
     """How a run stands, from its record (for a resume that executed nothing)."""
-    usage = load_state(run.state).usage if isinstance(run.state, dict) and run.state else Usage()
-    return RunFinished(run.id, status, run.stop_reason, run.error, usage, tuple(pending))
+    saved = load_state(run.state) if isinstance(run.state, dict) and run.state else None
+    usage = saved.usage if saved is not None else Usage()
+    output = saved.output if saved is not None and status is RunStatus.COMPLETED else None
+    return RunFinished(
+        run.id, status, run.stop_reason, run.error, usage, tuple(pending), output=output
+    )
 
 
 def _waiting(run: RunRecord) -> list[PendingAction]:
