@@ -18,6 +18,7 @@ from hango import (
     Delivered,
     Engine,
     Harness,
+    RunSave,
     RunStatus,
     RunStore,
 )
@@ -114,7 +115,7 @@ async def test_the_own_queue_never_claims_a_run_recorded_for_another_engine(
     assert (theirs.status, theirs.config["engine"]) == (RunStatus.RUNNING, "temporal")
     # Between two of the engine's steps the run is saved whole and unheld, as a queued run is.
     await store.save_run(
-        tenant, theirs.id, version=theirs.version, status=RunStatus.QUEUED, state=None
+        RunSave(tenant, theirs.id, version=theirs.version, status=RunStatus.QUEUED, state=None)
     )
     assert await store.claim_run(tenant, "own-worker", lease_seconds=5) is None
     ours = await harness.start(agent, "for the queue", status=RunStatus.QUEUED)

@@ -269,7 +269,9 @@ async def test_a_write_replayed_after_a_kill_is_applied_once(store: RunStore) ->
     assert [v.content for v in versions] == ["step done"]  # applied once, not twice
     ((content, is_error),) = await results(store, again, run.id)
     assert not is_error
-    assert content.endswith("(this call's write was already stored; not written again).")
+    # Core keeps a finished call's result (saved the moment the body returned), so the
+    # resumed run reuses it: the write is not even replayed.
+    assert content.startswith("Saved: Memory entry 'log'")
     entry = await mem.get_memory(first.tenant_id, "t", "log", run.session_id)
     assert entry is not None and entry.content == "step done" and entry.version == 1
     # The only change since the kill is the run's own write: no "memory changed" notice.

@@ -549,8 +549,15 @@ class Harness:
             if settle:
                 return _finished(run, run.status, ()), True
             raise RunNotResumable(f"run {run_id} already completed")
-        if settle and (waiting := _waiting(run)):
-            return _finished(run, run.status, waiting), True
+        if waiting := _waiting(run):
+            if settle:
+                return _finished(run, run.status, waiting), True
+            # Refused before the claim: trying to execute it writes nothing.
+            raise RunNotResumable(
+                f"run {run_id} is suspended, waiting for a decision on tool call(s) "
+                f"{', '.join(p.tool_call_id for p in waiting)} (hango resume RUN_ID --approve "
+                "CALL_ID, or Harness.decide)"
+            )
         plan = await self._continuable(run, agent)
         self._planned.pop(run_id, None)  # one plan per execute: the next one plans again
         async with claimed(
