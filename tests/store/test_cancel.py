@@ -98,6 +98,13 @@ async def test_ctrl_c_during_a_save_never_leaves_a_run_running_without_an_owner(
         )
 
     outcomes: dict[RunStatus, int] = {}
+    # How many times a run saves (after before_run, after the model's tool call, after its
+    # result, at the end...): counted on a run nothing interrupts, so every round's cancel
+    # lands on a save that happens.
+    probe = await harness(store).start(AGENT, "probe")
+    assert (await harness(interrupting).execute(probe.id)).status is RunStatus.COMPLETED
+    saves_per_run = interrupting.saves
+    assert saves_per_run >= 3
     # A save takes under 1 ms on SQLite and a few on PostgreSQL: a third of the rounds cancel
     # as the save starts, the others at a random moment of about a save's length.
     longest = 0.001 if isinstance(store, SqliteRunStore) else 0.004
@@ -105,10 +112,8 @@ async def test_ctrl_c_during_a_save_never_leaves_a_run_running_without_an_owner(
         run = await harness(store).start(AGENT, f"job {i}")
         async with anyio.create_task_group() as tg:
             with anyio.CancelScope() as scope:
-                # A run saves 5 times: after start, after before_run, after the model's tool
-                # call, after its result, and at the end.
                 delay = rng.choice([0.0, rng.uniform(0, longest), rng.uniform(0, longest)])
-                interrupting.arm(scope, tg, rng.randint(1, 5), delay)
+                interrupting.arm(scope, tg, rng.randint(1, saves_per_run), delay)
                 await harness(interrupting).execute(run.id)
         after = await store.get_run(tenant, run.id)
         assert after.status is not RunStatus.RUNNING, f"round {i}: left running, no owner"

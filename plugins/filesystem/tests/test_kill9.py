@@ -14,7 +14,6 @@ from hango.testing import HangoCli, kill_when, write_agent
 
 pytestmark = pytest.mark.anyio
 
-DEFAULT_TENANT = uuid.UUID(int=0)
 NO_REPAIR = {"HANGO_DISABLE_PLUGINS": "repair"}
 
 TOOLS = '''
@@ -76,12 +75,14 @@ async def test_a_run_killed_after_a_write_is_resumed_by_another_process(
     log = tmp_path / "stall.log"
     # Without hango-repair the killed call runs again on resume (it is idempotent), so the
     # count of stalls shows the resume really continued the killed run.
-    cli = HangoCli(tmp_path, database_url=database_url, env={"STALL_LOG": str(log), **NO_REPAIR})
+    tenant = uuid.uuid4()  # the PostgreSQL database is shared by the session's tests
+    env = {"STALL_LOG": str(log), "HANGO_TENANT": str(tenant), **NO_REPAIR}
+    cli = HangoCli(tmp_path, database_url=database_url, env=env)
     proc = cli("run", "--agent", "agent.toml", "remember")
     await kill_when(proc, log, "stalled", never="the stall tool never started")
     async with await open_store(database_url) as store:
-        (run,) = await store.list_runs(DEFAULT_TENANT)
-        killed = await store.get_run(DEFAULT_TENANT, run.id)
+        (run,) = await store.list_runs(tenant)
+        killed = await store.get_run(tenant, run.id)
     assert killed.status is RunStatus.RUNNING
     assert "/notes/plan.md" in killed.state["private"]["filesystem"]["files"]
     resumed = cli("resume", "--force", str(run.id))  # a new process
@@ -89,8 +90,8 @@ async def test_a_run_killed_after_a_write_is_resumed_by_another_process(
     assert resumed.returncode == 0, out + err
     assert log.read_text() == "stalled\nstalled\n"  # killed once, ran again once
     async with await open_store(database_url) as store:
-        done = await store.get_run(DEFAULT_TENANT, run.id)
-        messages = await store.load_messages(DEFAULT_TENANT, done.session_id)
+        done = await store.get_run(tenant, run.id)
+        messages = await store.load_messages(tenant, done.session_id)
     assert done.status is RunStatus.COMPLETED
     assert [r.content for m in messages for r in m.tool_results] == [
         "Wrote /notes/plan.md (24 bytes).",  # once: the killed process's write, not repeated
