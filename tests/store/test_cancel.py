@@ -126,5 +126,5 @@ async def test_ctrl_c_during_a_save_never_leaves_a_run_running_without_an_owner(
     # The injection is real: Ctrl-C arrived during the save in most rounds, and the runs it
     # reached before their last save ended cancelled.
     assert interrupting.landed > ROUNDS // 4, interrupting.landed
-    assert outcomes.get(RunStatus.CANCELLED, 0) > ROUNDS // 5, outcomes
+    assert outcomes.get(RunStatus.CANCELLED, 0) > ROUNDS // 10, outcomes
     assert set(outcomes) <= {RunStatus.CANCELLED, RunStatus.COMPLETED}, outcomes
