@@ -48,6 +48,8 @@ from hango.store import RunStore, open_store
 from hango.testing import hango_executable, postgres_admin_url, scratch_database, write_agent
 from hango_temporal import TemporalEngine
 from hango_temporal.devserver import DevServer
+from hango_temporal.engine import connect
+from hango_temporal.settings import TemporalSettings
 from hango_temporal.worker import hango_worker
 
 TOOLS = '''
@@ -228,7 +230,7 @@ async def main_(args: argparse.Namespace) -> None:
             "HANGO_TEMPORAL_ADDRESS": server.address,
             "HANGO_TEMPORAL_TASK_QUEUE": "bench",
         }
-        client = await Client.connect(server.address)
+        client = await connect(TemporalSettings.from_settings(settings))
         store = await open_store(url)
         try:
             tenant = uuid.uuid4()

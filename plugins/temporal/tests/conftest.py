@@ -14,9 +14,12 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import pytest
+from temporalio.client import Client
 
 from hango.testing import hango_executable
 from hango_temporal.devserver import DevServer
+from hango_temporal.engine import connect
+from hango_temporal.settings import TemporalSettings
 
 
 @pytest.fixture
@@ -28,6 +31,14 @@ def anyio_backend() -> str:
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     with DevServer(tmp_path_factory.mktemp("temporal") / "temporal.db") as server:
         yield server
+
+
+@pytest.fixture
+async def temporal_client(temporal_server: DevServer) -> Client:
+    """A client of the module's server, from hango-temporal's own connections: released at
+    exit, so the test process's own exit cannot crash in the SDK's threads."""
+    address = {"HANGO_TEMPORAL_ADDRESS": temporal_server.address}
+    return await connect(TemporalSettings.from_settings(address))
 
 
 class TemporalWorkers:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import random
+import sys
 import uuid
 from pathlib import Path
 
@@ -196,3 +197,45 @@ async def test_a_temporal_server_restart_during_runs_loses_nothing(
         for i in range(1, TURNS + 1):
             assert counts[f"{run.id} t{i} start"] <= 1, f"{run.id} t{i} ran twice"
     await check_history(store, tenant, runs)
+
+
+EXIT_AFTER_A_CALL = """
+import sys
+
+import anyio
+
+from hango_temporal.engine import connect
+from hango_temporal.settings import TemporalSettings
+
+
+async def main() -> None:
+    client = await connect(TemporalSettings.from_settings({"HANGO_TEMPORAL_ADDRESS": sys.argv[1]}))
+    try:
+        await client.get_workflow_handle("hango-run-none").describe()
+    except Exception:
+        pass
+
+
+anyio.run(main)
+sys.exit(2)
+"""
+
+
+async def test_a_short_command_exits_cleanly_after_a_call(temporal_server: DevServer) -> None:
+    """A process that reached the server and exits at once (``hango resume`` refusing a
+    decision) exits with its own code: the SDK's threads died with SIGABRT or SIGSEGV at
+    interpreter exit about one time in six (sdk-python#300) until hango-temporal dropped its
+    clients before finalizing. 6 exits, two at a time."""
+    codes: list[tuple[int, bytes]] = []
+
+    async def one() -> None:
+        done = await anyio.run_process(
+            [sys.executable, "-c", EXIT_AFTER_A_CALL, temporal_server.address], check=False
+        )
+        codes.append((done.returncode, done.stderr))
+
+    for _ in range(3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+            tg.start_soon(one)
+    assert collections.Counter(c for c, _ in codes) == {2: 6}, [e[-300:] for _, e in codes]

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from hango import RunStatus, RunStore
 from hango.testing import HangoCli, write_agent
 from hango_temporal import workflow_id
-from hango_temporal.devserver import DevServer, free_port
+from hango_temporal.devserver import free_port
 
 from .conftest import TemporalWorkers, until
 
@@ -60,7 +60,7 @@ async def test_the_demo_agent_runs_end_to_end_on_temporal(
     workers: TemporalWorkers,
     store: RunStore,
     tenant: uuid.UUID,
-    temporal_server: DevServer,
+    temporal_client: Client,
 ) -> None:
     hango = cli(tmp_path, env)
     await workers.ready(workers.start("--task-queue", env["HANGO_TEMPORAL_TASK_QUEUE"]))
@@ -93,7 +93,7 @@ async def test_the_demo_agent_runs_end_to_end_on_temporal(
 
     # The workflow only sequenced steps: one activity of the seam per model turn and per tool
     # call; the last model turn's step reports the end.
-    client = await Client.connect(temporal_server.address)
+    client = temporal_client
     handle = client.get_workflow_handle(workflow_id(str(run_id)))
     result = await handle.result()  # the workflow ends just after the run's last save
     assert result["status"] == "completed"
@@ -112,7 +112,7 @@ async def test_an_approval_waits_in_the_workflow_and_the_update_decides_it(
     workers: TemporalWorkers,
     store: RunStore,
     tenant: uuid.UUID,
-    temporal_server: DevServer,
+    temporal_client: Client,
 ) -> None:
     env["APPROVAL_DEMO_WORKSPACE"] = str(tmp_path / "workspace")
     workers.env["APPROVAL_DEMO_WORKSPACE"] = env["APPROVAL_DEMO_WORKSPACE"]
@@ -128,7 +128,7 @@ async def test_an_approval_waits_in_the_workflow_and_the_update_decides_it(
     assert pending["tool"] == "edit_file"
 
     # Waiting holds no worker slot: no activity is running or scheduled.
-    client = await Client.connect(temporal_server.address)
+    client = temporal_client
     handle = client.get_workflow_handle(workflow_id(str(run_id)))
     description = await handle.describe()
     assert description.status is WorkflowExecutionStatus.RUNNING
@@ -192,7 +192,7 @@ async def test_cancelling_a_run_cancels_its_workflow_and_saves_the_run_cancelled
     workers: TemporalWorkers,
     store: RunStore,
     tenant: uuid.UUID,
-    temporal_server: DevServer,
+    temporal_client: Client,
 ) -> None:
     agent = write_agent(
         tmp_path / "agent",
@@ -214,7 +214,7 @@ async def test_cancelling_a_run_cancels_its_workflow_and_saves_the_run_cancelled
     done = hango.run("temporal", "cancel", str(run_id))
     assert done.returncode == 0, done.stderr
     await wait_status(store, tenant, run_id, RunStatus.CANCELLED, within=30)
-    client = await Client.connect(temporal_server.address)
+    client = temporal_client
     handle = client.get_workflow_handle(workflow_id(str(run_id)))
 
     async def cancelled() -> bool:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import uuid
 from collections.abc import Mapping
@@ -12,6 +14,7 @@ import anyio
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from hango import Decision, Delivered, EngineError, Harness
@@ -32,12 +35,45 @@ CONNECT_SECONDS = 10.0
 DECIDE_SECONDS = 60.0
 
 
+class _Connections:
+    """The process's Temporal clients, one per server (``TemporalSettings``), on a runtime of
+    hango's own that is dropped at exit.
+
+    The SDK's default runtime lives until the interpreter finalizes, and its Tokio threads then
+    call into a half torn-down interpreter: a short command (``hango resume`` of a temporal
+    run) died of SIGABRT or SIGSEGV at exit about one time in six (sdk-python#300). Dropping
+    the clients and the runtime from an ``atexit`` hook, while the interpreter is whole, joins
+    those threads first."""
+
+    def __init__(self) -> None:
+        self._runtime: Runtime | None = None
+        self._clients: dict[TemporalSettings, Client] = {}
+
+    async def client(self, settings: TemporalSettings) -> Client:
+        if settings not in self._clients:
+            if self._runtime is None:
+                self._runtime = Runtime(telemetry=TelemetryConfig())
+                atexit.register(self.release)
+            self._clients[settings] = await Client.connect(
+                settings.address, namespace=settings.namespace, runtime=self._runtime
+            )
+        return self._clients[settings]
+
+    def release(self) -> None:
+        self._clients.clear()
+        self._runtime = None
+        gc.collect()  # a client's last reference may sit in a cycle
+
+
+_connections = _Connections()
+
+
 async def connect(settings: TemporalSettings) -> Client:
-    """A client of the server ``settings`` name; ``EngineError`` in one line naming the
-    address (and the variable that sets it) when it cannot be reached."""
+    """The client of the server ``settings`` name (one per process and server); ``EngineError``
+    in one line naming the address (and the variable that sets it) when it cannot be reached."""
     try:
         with anyio.fail_after(CONNECT_SECONDS):
-            return await Client.connect(settings.address, namespace=settings.namespace)
+            return await _connections.client(settings)
     except (TimeoutError, RuntimeError, RPCError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else "no answer"
         raise EngineError(
@@ -51,14 +87,9 @@ class TemporalEngine:
 
     name = "temporal"
 
-    def __init__(self) -> None:
-        self._clients: dict[TemporalSettings, Client] = {}
-
     async def _client(self, harness: Harness) -> tuple[Client, TemporalSettings]:
         settings = TemporalSettings.from_settings(harness.settings)
-        if settings not in self._clients:
-            self._clients[settings] = await connect(settings)
-        return self._clients[settings], settings
+        return await connect(settings), settings
 
     def _ref(self, harness: Harness, run_id: uuid.UUID, settings: TemporalSettings) -> RunRef:
         return RunRef(
