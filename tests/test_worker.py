@@ -130,7 +130,19 @@ def pause_once(label: str, ctx: ToolContext) -> str:
     return f"{label} done"
 
 
-TOOLS = [record, block_once, slow, step, pause_once]
+@tool
+def hang(label: str, ctx: ToolContext) -> str:
+    """Never return, deaf to cancellation (a tool stuck on a dead socket).
+
+    Args:
+        label: what to record.
+    """
+    note(ctx, label + ":start")
+    while True:
+        time.sleep(0.05)
+
+
+TOOLS = [record, block_once, slow, step, pause_once, hang]
 '''
 
 
@@ -190,8 +202,9 @@ def workers(tmp_path: Path, database_url: str, tenant: uuid.UUID) -> Iterator[Wo
         w.stop_all()
 
 
-def agent_dir(tmp_path: Path, turns: str) -> Path:
+def agent_dir(tmp_path: Path, turns: str, extra: str = "") -> Path:
     agent = 'name = "worker-test"\nmodel = "scripted:script.toml"\ntools = ["worktools:TOOLS"]\n'
+    agent += extra
     return write_agent(
         tmp_path / "agent", agent=agent, script=turns, tools={"worktools": TOOLS}
     ).parent
@@ -468,6 +481,69 @@ async def test_five_sigterm_hand_backs_are_no_attempts_and_the_run_then_complete
         assert (counts[f"{run.id} s{i}:start"], counts[f"{run.id} s{i}:done"]) == (1, 1)
     for name in stopped:
         assert "back to the queue" in workers.log(procs[name])
+
+
+HANG_SCRIPT = """
+[[turns]]
+[[turns.tool_calls]]
+name = "hang"
+input = { label = "h" }
+
+[[turns]]
+[[turns.tool_calls]]
+name = "record"
+input = { label = "after" }
+
+[[turns]]
+text = "done"
+"""
+
+
+async def test_a_hung_tool_times_out_the_run_goes_on_and_the_worker_still_exits(
+    store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
+) -> None:
+    folder = agent_dir(tmp_path, HANG_SCRIPT, extra="tool_timeout = 1\n")
+    (run,) = await submit(store, tenant, folder / "agent.toml")
+    proc = workers.start("--concurrency", "1")
+    (done,) = await wait_until(store, tenant, [run.id])
+    assert (done.status, done.attempts) == (RunStatus.COMPLETED, 1)
+    history = await store.load_messages(tenant, run.session_id)
+    (result,) = history[2].tool_results
+    assert result.is_error and "did not finish within 1 s" in result.content, result.content
+    counts = executions(folder)
+    assert (counts[f"{run.id} h:start"], counts[f"{run.id} after"]) == (1, 1)
+    # Its thread still spins: a normal interpreter exit would wait for it for ever.
+    proc.send_signal(signal.SIGTERM)
+    assert await workers.exit_code(proc) == 0
+    assert "stopped" in workers.log(proc)
+
+
+async def test_a_second_signal_exits_a_worker_stuck_in_a_tool_and_counts_the_attempt(
+    store: RunStore, tenant: uuid.UUID, workers: Workers, tmp_path: Path
+) -> None:
+    folder = agent_dir(tmp_path, HANG_SCRIPT)  # the default timeout: 300 s
+    (run,) = await submit(store, tenant, folder / "agent.toml")
+    first = workers.start("--concurrency", "1", "--lease", "30")
+    await wait_for_line(folder, f"{run.id} h:start")
+    first.send_signal(signal.SIGTERM)  # the turn never ends ...
+    with anyio.fail_after(30):
+        while "stopping: " not in workers.log(first):  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    await anyio.sleep(1.2)  # past the second within which signals are one stop
+    first.send_signal(signal.SIGTERM)  # ... so the second signal cancels it
+    assert await workers.exit_code(first) == 0, workers.log(first)
+    back = await store.get_run(tenant, run.id)
+    # Handed back, and the claim counts: a tool that hangs every worker is not passed on
+    # for ever.
+    assert (back.status, back.lease_owner, back.attempts) == (RunStatus.QUEUED, None, 1)
+
+    second = workers.start("--concurrency", "1", "--max-attempts", "1")
+    (failed,) = await wait_until(store, tenant, [run.id])
+    assert failed.status is RunStatus.FAILED
+    assert failed.error is not None and failed.error.startswith("abandoned after 1 attempts")
+    assert executions(folder)[f"{run.id} h:start"] == 1  # the second worker never ran it
+    second.send_signal(signal.SIGTERM)
+    assert await workers.exit_code(second) == 0
 
 
 PAUSE_SCRIPT = """

@@ -1,3 +1,3 @@
-from hango.cli import main
+from hango.cli import command
 
-main()
+command()

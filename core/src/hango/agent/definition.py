@@ -19,6 +19,8 @@
     ]
     max_tool_concurrency = 8            # tool calls of one response running at once
     sequential_tools = ["deploy"]       # tools that run alone, a barrier within their batch
+    tool_timeout = 300                  # seconds a tool call may take (default 300)
+    tool_timeouts = { deploy = 1800 }   # per tool, above a tool's own ``timeout``
     output_strategy = "tool"            # optional: "native", "tool" or "prompted" (default:
                                         # native where the model has it, else the tool)
     output_retries = 2                  # invalid outputs the model may correct
@@ -58,7 +60,7 @@ from hango.config import ConfigError
 from hango.provider.messages import OutputStrategy, TextBlock, ToolChoice
 from hango.provider.model import Model
 from hango.provider.select import model_from_spec
-from hango.tool.base import Tool
+from hango.tool.base import DEFAULT_TOOL_TIMEOUT, Tool
 from hango.tool.function import tool as as_tool
 from hango.tool.registry import ToolRegistry
 
@@ -72,6 +74,7 @@ class AgentFileError(ConfigError):
 
 
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_SECONDS = {"type": "number", "exclusiveMinimum": 0}
 
 #: The agent document, checked before it is structured: cattrs alone would turn ``5`` into
 #: ``"5"`` or a string into a list of its letters, and the user must hear about it instead.
@@ -122,6 +125,8 @@ AGENT_SCHEMA: dict[str, Any] = {
         "output_retries": {"type": "integer", "minimum": 0},
         "max_tool_concurrency": {"type": "integer", "minimum": 1},
         "sequential_tools": {**_STRINGS, "uniqueItems": True},
+        "tool_timeout": _SECONDS,
+        "tool_timeouts": {"type": "object", "additionalProperties": _SECONDS},
     },
     "required": ["name", "model"],
     "additionalProperties": False,
@@ -169,6 +174,8 @@ class AgentDefinition:
     ``Model`` object; ``tools`` holds ``module:attr`` references, ``Tool`` objects or typed
     functions; ``middleware`` holds plugin-provided middleware names or middleware objects, in
     chain order within the ``agent`` slot; ``options`` maps a middleware name to its settings.
+    ``tool_timeout`` is how many seconds a tool call may take unless the tool declares its own
+    ``timeout``; ``tool_timeouts`` (tool name -> seconds) overrides both for the tools it names.
     """
 
     name: str
@@ -191,6 +198,8 @@ class AgentDefinition:
     output_retries: int = 2
     max_tool_concurrency: int = 8
     sequential_tools: tuple[str, ...] = field(default=(), converter=tuple)
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT
+    tool_timeouts: Mapping[str, float] = field(factory=dict)
     #: Where the agent came from, for error messages (``agent file PATH``); not stored.
     source: str = field(default="", eq=False, kw_only=True)
 
@@ -313,6 +322,8 @@ class AgentDefinition:
             "output_retries": self.output_retries,
             "max_tool_concurrency": self.max_tool_concurrency,
             "sequential_tools": list(self.sequential_tools),
+            "tool_timeout": self.tool_timeout,
+            "tool_timeouts": dict(self.tool_timeouts),
         }
 
     @property

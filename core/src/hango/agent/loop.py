@@ -99,7 +99,7 @@ from hango.provider.messages import (
 )
 from hango.provider.model import Accumulator, Model, ModelResponse
 from hango.redact import redact_secrets
-from hango.tool.base import Tool, ToolContext, ToolResult, error_result
+from hango.tool.base import DEFAULT_TOOL_TIMEOUT, Tool, ToolContext, ToolResult, error_result
 from hango.tool.registry import ToolView
 
 Emit = Callable[[Event], Awaitable[None]]
@@ -125,7 +125,8 @@ class LoopSettings:
     for by ``output_strategy`` (None: native when the model has it, else the final-answer
     tool); ``output_type`` structures it (and runs its validators); ``output_retries`` is how
     many invalid outputs the model may correct. ``max_tool_concurrency`` calls of a batch run
-    at once; tools named in ``sequential_tools`` run alone.
+    at once; tools named in ``sequential_tools`` run alone. A tool call may take
+    ``tool_timeouts[name]`` seconds, else the tool's own ``timeout``, else ``tool_timeout``.
     """
 
     model: str
@@ -142,6 +143,8 @@ class LoopSettings:
     output_retries: int = 2
     max_tool_concurrency: int = DEFAULT_MAX_TOOL_CONCURRENCY
     sequential_tools: frozenset[str] = field(default=frozenset(), converter=_names)
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT
+    tool_timeouts: Mapping[str, float] = field(factory=dict)
 
 
 @frozen
@@ -836,12 +839,12 @@ class AgentLoop:
         ctx = ToolContext(treq.state, call)
         batch = self._batch
         if batch is None:
-            result = await tool.call(arguments, ctx)
+            result = await self._timed(tool, arguments, ctx)
         else:
             batch.current.fire()
             batch.lock.release()
             try:
-                result = await tool.call(arguments, ctx)
+                result = await self._timed(tool, arguments, ctx)
             finally:
                 # Shielded: a cancelled call must hold the lock again before its chain unwinds.
                 with anyio.CancelScope(shield=True):
@@ -853,6 +856,23 @@ class AgentLoop:
         self._ran_here.add(call.id)
         await self._save_in_call()
         return result
+
+    async def _timed(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """``tool.call`` within the call's timeout; past it, the call is cancelled (a sync
+        function's thread abandoned) and answered with an error result, recorded like any
+        result, so a resumed run never runs it again."""
+        name = ctx.call.name
+        seconds = self.settings.tool_timeouts.get(name)
+        if seconds is None:
+            seconds = getattr(tool, "timeout", None) or self.settings.tool_timeout
+        with anyio.move_on_after(seconds):
+            return await tool.call(arguments, ctx)
+        return error_result(
+            "tool %r did not finish within %g s and was stopped; whatever it did before is "
+            "not known (tool_timeout / tool_timeouts in the agent file)",
+            name,
+            seconds,
+        )
 
     # -- saving and ending ---------------------------------------------------------------------
 

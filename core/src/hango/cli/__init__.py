@@ -1,10 +1,10 @@
 """The ``hango`` command (click for parsing, rich for output), a package by command.
 
 User errors print one line on stderr and exit 2; a run that fails exits 1; a cancelled run
-(Ctrl-C) is saved and exits 130; a run suspended for a person's decision exits 3, printing what
-it waits for and the commands that decide. After a cancel or a failure, a command that resumes
-the run is printed on stderr, ready to paste (``hango.cli.resume_hint``). Run and session ids
-are taken whole or as a unique prefix, as git takes object names.
+is saved and exits 130 (Ctrl-C) or 143 (SIGTERM); a run suspended for a person's decision
+exits 3, printing what it waits for and the commands that decide. After a cancel or a failure,
+a command that resumes the run is printed on stderr, ready to paste (``hango.cli.resume_hint``).
+Run and session ids are taken whole or as a unique prefix, as git takes object names.
 
 This module holds the group (``main``, with the commands plugins add through the
 ``hango_cli_commands`` hook), the options commands share and ``USER_ERRORS``. The commands:
@@ -16,6 +16,7 @@ This module holds the group (``main``, with the commands plugins add through the
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import uuid
@@ -35,6 +36,7 @@ from hango.provider.errors import ModelError, ModelSpecError, ScriptError
 from hango.run.engine import EngineError
 from hango.store import RunStore, StoreError, resolve_id
 from hango.store.base import IdKind
+from hango.tool.function import abandoned_calls
 
 T = TypeVar("T")
 
@@ -110,19 +112,28 @@ _python_showwarning = warnings.showwarning
 
 
 def exit_with(code: int) -> None:
-    """Exit with ``code``. After a cancelled run, exit at once: a sync tool still blocking in a
-    worker thread (abandoned by the cancel) must not hold the process open."""
+    """Exit with ``code``, after exporting what telemetry recorded."""
     flush_telemetry()
-    if code == 130:
-        from opentelemetry import trace
+    sys.exit(code)
 
-        shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+
+def command() -> None:
+    """The ``hango`` command (and ``python -m hango``): ``main``, then the exit.
+
+    A sync tool whose call was abandoned (the run was cancelled, or the call passed its
+    timeout) may still block in its worker thread, which is no daemon: a normal interpreter
+    exit would wait for it, so a finished ``hango run`` or a stopped ``hango worker`` would
+    hang. Then the process exits at once, its output and logs flushed."""
+    try:
+        main()
+    except SystemExit as exc:
+        if not abandoned_calls():
+            raise
+        flush_telemetry()
+        logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+        os._exit(exc.code if isinstance(exc.code, int) else 1 if exc.code else 0)
 
 
 def db_url(db: str | None) -> str:

@@ -60,7 +60,8 @@ def worker(
     """Execute queued runs until SIGTERM or Ctrl-C.
 
     The first signal stops claiming, lets each run finish its current turn, saves it and puts
-    it back in the queue; a second one cancels the runs at once (also saved and queued).
+    it back in the queue; a second one cancels the runs at once (also saved and queued, each
+    counted as an attempt) and exits, even if a tool ignores the cancel.
     Signals within a second of the first count as one (a process group's SIGTERM arrives
     twice under `uv run`: from the group, then forwarded by uv)."""
     import logging

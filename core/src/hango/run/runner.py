@@ -677,6 +677,8 @@ class Harness:
                             agent.max_tool_concurrency if budget.limit is None else 1
                         ),
                         sequential_tools=agent.sequential_tools,
+                        tool_timeout=agent.tool_timeout,
+                        tool_timeouts=agent.tool_timeouts,
                     ),
                     emit=emit,
                     checkpoint=checkpoint,

@@ -159,6 +159,7 @@ class Worker:
         # Runs left in the queue for want of a middleware, already logged (once each).
         self._told: set[uuid.UUID] = set()
         self._stop = anyio.Event()
+        self._killed = False
         self._claiming = anyio.CancelScope()
         self._runs: anyio.CancelScope | None = None
 
@@ -175,7 +176,10 @@ class Worker:
 
     def kill(self) -> None:
         """Stop now: runs in progress are cancelled (saved as they are) and released back to
-        the queue; an unfinished tool batch is finished by whoever resumes them."""
+        the queue; an unfinished tool batch is finished by whoever resumes them. Each counts as
+        an attempt, as a crash does: a run whose tool hangs every worker that takes it is
+        failed after ``max_attempts``, not handed on for ever."""
+        self._killed = True
         self.stop()
         if self._runs is not None:
             self._runs.cancel()
@@ -271,7 +275,7 @@ class Worker:
             else:
                 await self._execute(lease)
         finally:
-            await self._release(lease)
+            await self._release(lease, counted=self._killed)
             slots.release()
 
     async def _execute(self, lease: Lease) -> None:
@@ -324,12 +328,12 @@ class Worker:
             except Exception as exc:
                 log.error("run %s: could not record its failure (%s): %s", lease.run_id, exc, error)
 
-    async def _release(self, lease: Lease) -> None:
+    async def _release(self, lease: Lease, *, counted: bool = False) -> None:
         # Always tried, even after a lost lease: the token makes it a no-op if someone else
         # holds the run, and otherwise it puts an unfinished run back in the queue.
         with anyio.CancelScope(shield=True):
             try:
-                await self.store.release_run(lease)
+                await self.store.release_run(lease, counted=counted)
             except Exception as exc:
                 log.warning(
                     "run %s: release failed (%s); it is claimable again once the lease expires",

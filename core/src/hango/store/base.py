@@ -441,15 +441,16 @@ class RunStore(Protocol):
         released. Does not change the run's version or ``updated_at``."""
         ...
 
-    async def release_run(self, lease: Lease) -> bool:
+    async def release_run(self, lease: Lease, *, counted: bool = False) -> bool:
         """Give up the lease. A claim from ``acquire_run`` is only cleared (the run keeps its
         status, error and attempts). A worker's claim (``claim_run``): clear it, and put a run
         that did not finish (``queued``, ``running`` or ``cancelled``) back to ``queued`` with
         no error; a suspended run keeps its status (it waits for a person), a finished one its
-        status and error. Unless the run finished, ``attempts`` goes one lower, back to what it
-        was before this claim (a hand-back or a suspension is not an attempt: only claims that
-        ended in a crash or an expired lease count). Increments the version. Returns
-        ``False``, writing nothing, when the lease was no longer held."""
+        status and error. Unless the run finished or ``counted`` is True, ``attempts`` goes one
+        lower, back to what it was before this claim (a hand-back or a suspension is not an
+        attempt: only claims that ended in a crash, an expired lease or, ``counted``, a worker
+        killed while the run was mid-turn count). Increments the version. Returns ``False``,
+        writing nothing, when the lease was no longer held."""
         ...
 
     def watch_queue(

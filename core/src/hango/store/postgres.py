@@ -136,8 +136,8 @@ UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     status = CASE WHEN lease_kind = 'worker' AND status IN ('queued', 'running', 'cancelled')
         THEN 'queued' ELSE status END,
     -- A hand-back or a suspension is not an attempt: the count goes back to what it was
-    -- before this claim.
-    attempts = CASE WHEN lease_kind = 'worker'
+    -- before this claim. A killed worker's (counted) is, as a crash is.
+    attempts = CASE WHEN lease_kind = 'worker' AND NOT %(counted)s
             AND status IN ('queued', 'running', 'cancelled', 'suspended')
         THEN greatest(attempts - 1, 0) ELSE attempts END,
     error = CASE WHEN lease_kind = 'worker' AND status IN ('queued', 'running', 'cancelled')
@@ -647,13 +647,14 @@ class PostgresRunStore:
         expires: dt.datetime = row["lease_expires_at"]
         return attrs.evolve(lease, expires_at=expires)
 
-    async def release_run(self, lease: Lease) -> bool:
+    async def release_run(self, lease: Lease, *, counted: bool = False) -> bool:
         write_id = uuid.uuid4()
         params = {
             "tenant": lease.tenant_id,
             "run": lease.run_id,
             "token": lease.token,
             "write_id": write_id,
+            "counted": counted,
         }
 
         async def attempt(n: int) -> bool:

@@ -565,7 +565,7 @@ class SqliteRunStore:
             raise LeaseLost(f"run {lease.run_id}: the lease of {lease.owner} is lost")
         return attrs.evolve(lease, expires_at=expires)
 
-    async def release_run(self, lease: Lease) -> bool:
+    async def release_run(self, lease: Lease, *, counted: bool = False) -> bool:
         def release(conn: sqlite3.Connection) -> int:
             # A direct claim (acquire_run) only lets go: the status stays what its executor
             # saved. A worker's hands an unfinished run back to the queue.
@@ -575,8 +575,8 @@ class SqliteRunStore:
                 "AND status IN ('queued', 'running', 'cancelled') THEN 'queued' "
                 "ELSE status END, "
                 # A hand-back or a suspension is not an attempt: the count goes back to what it
-                # was before this claim.
-                "attempts = CASE WHEN lease_kind = 'worker' "
+                # was before this claim. A killed worker's (counted) is, as a crash is.
+                "attempts = CASE WHEN lease_kind = 'worker' AND NOT ? "
                 "AND status IN ('queued', 'running', 'cancelled', 'suspended') "
                 "THEN max(attempts - 1, 0) ELSE attempts END, "
                 "error = CASE WHEN lease_kind = 'worker' "
@@ -584,7 +584,13 @@ class SqliteRunStore:
                 "ELSE error END, "
                 "lease_kind = NULL, version = version + 1, updated_at = ? "
                 "WHERE tenant_id = ? AND id = ? AND lease_token = ?",
-                (utcnow().isoformat(), str(lease.tenant_id), str(lease.run_id), str(lease.token)),
+                (
+                    counted,
+                    utcnow().isoformat(),
+                    str(lease.tenant_id),
+                    str(lease.run_id),
+                    str(lease.token),
+                ),
             ).rowcount
 
         released: int = await self._call(self._tx, release)

@@ -13,6 +13,11 @@ if TYPE_CHECKING:
     from hango.agent.state import State
 
 
+#: Seconds a tool call may take when neither the tool nor the agent says otherwise: long enough
+#: for real work (a build, a crawl), short enough that a hung call cannot hold a worker forever.
+DEFAULT_TOOL_TIMEOUT = 300.0
+
+
 @frozen
 class ToolResult:
     """What a tool call returns to the model: text ``content``; ``is_error`` marks a failure the
@@ -66,6 +71,11 @@ class Tool(Protocol):
     call (it changes what its siblings read, or its service allows one request at a time)
     declares ``sequential = True`` (absent means False): it runs alone, as a barrier between
     the calls before and after it.
+
+    A call may take ``timeout`` seconds (an attribute; absent or None means the agent's
+    ``tool_timeout``, whose default is ``DEFAULT_TOOL_TIMEOUT``); the agent's ``tool_timeouts``
+    entry for the tool overrides it. A call past its timeout is cancelled (a sync function's
+    thread is abandoned) and answered with an error result; it is never run again.
     """
 
     @property
