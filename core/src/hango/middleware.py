@@ -16,6 +16,7 @@ listed, with one line, in docs/reference/api.md.
 - State: ``State``, ``Todo`` / ``TodoStatus``, ``load_private`` / ``store_private`` (typed,
   through hango's one converter), ``StateScope`` / ``STATE_SCOPES`` for a class attribute
   ``state_scope = "session"``, ``held_calls`` (calls a resumed run finishes itself),
+  ``pending_calls`` (the calls of an unfinished batch that have no result yet),
   ``HistoryMark`` / ``mark_history`` (where the session's history loads from, after a
   compaction), ``narrow_tools`` / ``tool_narrowing`` (the tools a run is narrowed to,
   enforced by the allowlist).
@@ -51,7 +52,7 @@ from hango.agent.interrupts.records import (
     PendingAction,
     argument_digest,
 )
-from hango.agent.loop import held_calls
+from hango.agent.loop import held_calls, pending_calls
 from hango.agent.middleware import (
     MODEL_CALL_PURPOSES,
     Middleware,
@@ -189,6 +190,7 @@ __all__ = [
     "mark_history",
     "memory_store",
     "narrow_tools",
+    "pending_calls",
     "proposed_output",
     "provider_name",
     "record",

@@ -46,6 +46,7 @@ from hango.middleware import (
     ToolHandler,
     argument_digest,
     executing_harness,
+    pending_calls,
 )
 from hango_subagents.catalog import GENERAL_PURPOSE, Catalog, Subagent
 
@@ -120,9 +121,11 @@ class SubagentMiddleware:
         repair leaves them unanswered and the loop runs them again: this middleware then
         answers them from their child (its stored report, or the child continued), where a
         synthetic "interrupted" result would make the model delegate the same work twice."""
-        if not self.delegates or not state.messages or state.messages[-1].role != "assistant":
-            return
-        calls = [u for u in state.messages[-1].tool_uses if u.name == TOOL_NAME]
+        if not self.delegates or state.interrupts.pending:
+            return  # a batch suspended for decisions is held as a whole by the loop
+        # The batch may have results of the calls that finished before the stop (saved
+        # one by one), so its unanswered calls are read past them.
+        calls = [u for u in pending_calls(state.messages) if u.name == TOOL_NAME]
         if not calls:
             return
         harness = executing_harness()
