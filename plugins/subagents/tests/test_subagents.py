@@ -57,7 +57,18 @@ def write(label: str) -> str:
     return f"wrote {label}"
 
 
-TOOLS = [look, write]
+@tool
+async def meet(label: str) -> str:
+    """Wait (up to 20 s) until another call of meet has started too: "met" when one did."""
+    note(f"meet {label}")
+    with anyio.move_on_after(20):
+        while (HERE / "executions.log").read_text().count("meet ") < 2:
+            await anyio.sleep(0.02)
+        return "met"
+    return "alone"
+
+
+TOOLS = [look, write, meet]
 '''
 
 LEAD = """
@@ -388,10 +399,10 @@ async def test_an_approval_inside_a_child_suspends_the_parent_and_resumes_both(
     assert isinstance(question.request, dict)
     assert question.request["child_run_id"] == str(child.id)
     assert [p["tool_call_id"] for p in question.request["pending"]] == ["r1"]
-    # The sibling before the task ran; the one after waits with the batch; nothing was written.
-    assert executions(tmp_path) == {"look before": 1}
+    # Both siblings ran (the one after the task beside the child's run); nothing was written.
+    assert executions(tmp_path) == {"look before": 1, "look after": 1}
 
-    # A new process decides the child's call through the parent.
+    # A new process decides the child's call through the parent; no sibling runs again.
     finished = await Harness(store, tenant_id=tenant).resume(first.run_id, {"r1": decision})
     assert finished.status is RunStatus.COMPLETED, finished.error
     expected = {"look before": 1, "look after": 1}
@@ -475,6 +486,31 @@ async def test_two_children_of_one_batch_one_suspends_the_others_result_is_kept(
         ("t2", REPORT),
     ]
     assert_valid_history(history)
+
+
+async def test_two_delegations_of_one_batch_run_at_the_same_time(
+    store: RunStore, tenant: uuid.UUID, tmp_path: Path
+) -> None:
+    """Each child's tool waits for the other's to start: one after the other, both would
+    wait out their 20 s and say "alone"."""
+    agent_file = team(
+        tmp_path,
+        lead=[
+            {"tool_calls": [task("t1", "Meet one."), task("t2", "Meet two.")]},
+            {"text": "Both met."},
+        ],
+        researcher=[{"tool_calls": [call("m1", "meet", "x")]}, {"text": "MET"}],
+    )
+    finished = await run_lead(store, tenant, agent_file)
+    assert finished.status is RunStatus.COMPLETED, finished.error
+    children = await store.child_runs(tenant, finished.run_id)
+    assert len(children) == 2 and len({c.session_id for c in children}) == 2
+    for child in children:
+        history = await store.load_messages(tenant, child.session_id)
+        assert results(history)["m1"].content == "met"
+    lead = await store.get_run(tenant, finished.run_id)
+    history = await store.load_messages(tenant, lead.session_id)
+    assert [(k, r.content) for k, r in results(history).items()] == [("t1", "MET"), ("t2", "MET")]
 
 
 # --- the example, as its README runs it ------------------------------------------------------

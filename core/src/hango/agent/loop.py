@@ -334,6 +334,12 @@ async def _take(semaphore: anyio.Semaphore) -> None:
         await semaphore.acquire()
 
 
+async def _retake(batch: _Batch) -> None:
+    # Shielded: a cancelled call must hold the lock again before its chain unwinds.
+    with anyio.CancelScope(shield=True):
+        await _take(batch.lock)
+
+
 class _Batch:
     """One tool batch in progress: ``lock`` serializes the chain's code, the checkpoints and
     the pauses of its calls (released while a tool runs), ``limiter`` caps the calls running
@@ -756,7 +762,7 @@ class AgentLoop:
     async def _run_call(
         self, call: ToolUseBlock, tools: Mapping[str, Tool]
     ) -> ToolResult | Interrupt:
-        scope = CallProgress(tools)
+        scope = CallProgress(tools, unlock=self._unlocked)
         # Exact: the batch lock is held from here to a pause (a pause comes before the tool
         # runs, and the lock is released only while it runs).
         undo = _Undo(self.state)
@@ -846,9 +852,7 @@ class AgentLoop:
             try:
                 result = await self._timed(tool, arguments, ctx)
             finally:
-                # Shielded: a cancelled call must hold the lock again before its chain unwinds.
-                with anyio.CancelScope(shield=True):
-                    await _take(batch.lock)
+                await _retake(batch)
         # Saved before any wrapper sees it: a wrapper failing after ``next`` returned (or a
         # crash) must not make the resumed run call the body a second time.
         content = storable_result(result.content, self.settings.max_result_chars)
@@ -856,6 +860,22 @@ class AgentLoop:
         self._ran_here.add(call.id)
         await self._save_in_call()
         return result
+
+    @contextlib.asynccontextmanager
+    async def _unlocked(self) -> AsyncIterator[None]:
+        """``CallProgress.unlocked``: a wrapper's work runs as a tool's body does in
+        ``_execute``, the batch lock released (the inline form there saves the hot path a
+        context manager)."""
+        batch = self._batch
+        if batch is None:
+            yield
+            return
+        batch.current.fire()
+        batch.lock.release()
+        try:
+            yield
+        finally:
+            await _retake(batch)
 
     async def _timed(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """``tool.call`` within the call's timeout; past it, the call is cancelled (a sync

@@ -21,7 +21,9 @@ never on ``self``: one middleware instance may serve many runs.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -54,17 +56,36 @@ class CallProgress:
     in this pass, by interrupt id, so a wrapper's retry sees the same answer. ``probe``: the
     loop only asks whether the call would pause; the innermost handler must not run it.
     ``tools``: the run's tools by name (what an edit to another tool resolves against).
+
+    ``unlocked()`` is for a wrapper that answers the call itself with long work instead of
+    calling ``next`` (hango-subagents runs a child run): the chain's code of a batch's calls
+    runs one call at a time, and only a tool's own body runs beside its siblings; inside
+    ``async with req.progress.unlocked():`` the wrapper's work does too. It must not touch the
+    run's state there (siblings' chains run meanwhile) nor pause; outside a batch it changes
+    nothing.
     """
 
-    __slots__ = ("answers", "decided", "executed", "probe", "started", "tools")
+    __slots__ = ("_unlock", "answers", "decided", "executed", "probe", "started", "tools")
 
-    def __init__(self, tools: Mapping[str, Tool] | None = None, *, probe: bool = False) -> None:
+    def __init__(
+        self,
+        tools: Mapping[str, Tool] | None = None,
+        *,
+        probe: bool = False,
+        unlock: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+    ) -> None:
         self.tools: Mapping[str, Tool] = tools or {}
         self.probe = probe
         self.executed = False
         self.decided = False
         self.started = False
         self.answers: dict[str, Decision] = {}
+        self._unlock = unlock
+
+    def unlocked(self) -> AbstractAsyncContextManager[None]:
+        """The call's work outside its batch's lock (see the class): the loop's own, else a
+        context that does nothing."""
+        return self._unlock() if self._unlock is not None else contextlib.nullcontext()
 
 
 @frozen

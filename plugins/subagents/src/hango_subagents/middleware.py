@@ -186,7 +186,10 @@ class SubagentMiddleware:
                     req.state.run_id,
                 )
         if child.status is not RunStatus.COMPLETED:
-            finished = await child_harness(harness).execute(child.id)
+            # Beside the batch's other calls, as a tool's body runs: parallel delegations
+            # are separate runs that share nothing.
+            async with req.progress.unlocked():
+                finished = await child_harness(harness).execute(child.id)
             if finished.status is RunStatus.SUSPENDED:
                 child = await harness.store.get_run(harness.tenant_id, child.id)
                 await self._pause(req, harness, child, sub, finished.pending)
