@@ -65,7 +65,8 @@ class McpTool:
     (``readOnlyHint`` or ``idempotentHint``): a tool that does not say it can be re-run is
     not re-run after a crash (its outcome is reported unknown instead).
 
-    ``timeout`` is the server's ``timeout`` and a second more: the agent's ``tool_timeout``
+    ``timeout`` covers what the server's settings allow a call (a reconnect within
+    ``connect_timeout``, then ``timeout``) and a second more: the agent's ``tool_timeout``
     does not cut a call short, and the error the model sees names the server's setting.
     """
 
@@ -76,7 +77,8 @@ class McpTool:
 
     @property
     def timeout(self) -> float:
-        return self.server.config.timeout + 1.0
+        config = self.server.config
+        return config.connect_timeout + config.timeout + 1.0
 
     async def call(self, input: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """The server's answer as a ``ToolResult``; an error result naming the server when it
