@@ -30,17 +30,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hango import Decision, Harness, RunFinished, RunStatus, open_store
 from hango.store import RunStore
-from hango.testing import assert_valid_history
+from hango.testing import assert_valid_history, kill_when
 
 pytestmark = pytest.mark.anyio
 
@@ -221,7 +221,7 @@ class Team:
         (root / "lead.json").write_text(json.dumps({"turns": LEAD_TURNS}))
         (root / "researcher.json").write_text(json.dumps({"turns": RESEARCHER_TURNS}))
 
-    def process(self, kill_at: str | None, *args: str) -> subprocess.Popen[bytes]:
+    def process(self, kill_at: str | None, *args: str) -> subprocess.Popen[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
         env |= {"KILL_TOOLS": self.module, "PYTHONUNBUFFERED": "1", "HANGO_RUN_LEASE_SECONDS": "1"}
         if kill_at:
@@ -229,40 +229,29 @@ class Team:
         return subprocess.Popen(
             [sys.executable, str(self.root / "driver.py"), args[0], self.url, str(self.tenant),
              *args[1:]],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
 
-    def killed_at(self, proc: subprocess.Popen[bytes], point: str) -> None:
+    async def killed_at(self, proc: subprocess.Popen[str], point: str) -> None:
         """Wait for ``proc`` to reach ``point`` (or to kill itself there), then SIGKILL it."""
-        reached = self.root / "reached"
-        deadline = time.monotonic() + 60
-        while point not in ("child-started", "in-tool"):
-            # Until its text is there too: the file exists a moment before it is written.
-            if reached.exists() and reached.read_text():
-                assert reached.read_text() == point
-                proc.send_signal(signal.SIGKILL)
-                reached.unlink()
-                break
-            if proc.poll() is not None:
-                out = proc.communicate()[0].decode()
-                pytest.fail(f"the process ended before {point}: {proc.returncode}\n{out}")
-            assert time.monotonic() < deadline, f"{point} not reached in time"
-            time.sleep(0.02)
-        out = proc.communicate(timeout=60)[0].decode()
-        assert proc.returncode == -signal.SIGKILL, out
-        time.sleep(CLAIM_LAPSES)
+        if point in ("child-started", "in-tool"):
+            out = proc.communicate(timeout=60)[0]
+            assert proc.returncode == -signal.SIGKILL, out
+        else:
+            await kill_when(proc, self.root / "reached", point, within=60)
+        await anyio.sleep(CLAIM_LAPSES)
 
-    def start(self, kill_at: str | None = None) -> uuid.UUID:
+    async def start(self, kill_at: str | None = None) -> uuid.UUID:
         proc = self.process(kill_at, "start")
         if kill_at is None:
-            out = proc.communicate(timeout=60)[0].decode()
+            out = proc.communicate(timeout=60)[0]
             assert proc.returncode == 0, out
         else:
-            self.killed_at(proc, kill_at)
+            await self.killed_at(proc, kill_at)
         return uuid.UUID((self.root / "run_id").read_text())
 
-    def approve(self, lead: uuid.UUID, call_id: str, kill_at: str) -> None:
-        self.killed_at(self.process(kill_at, "resume", str(lead), call_id), kill_at)
+    async def approve(self, lead: uuid.UUID, call_id: str, kill_at: str) -> None:
+        await self.killed_at(self.process(kill_at, "resume", str(lead), call_id), kill_at)
 
     def executions(self) -> collections.Counter[str]:
         log = self.root / "executions.log"
@@ -335,7 +324,7 @@ def carry(store: RunStore, team: Team) -> Carry:
 
 
 async def test_killed_in_the_child_before_it_suspended(team: Team, carry: Carry) -> None:
-    lead = team.start("child-started")
+    lead = await team.start("child-started")
     assert (await carry.store.get_run(team.tenant, lead)).status is RunStatus.RUNNING
     assert team.executions() == {"look before": 1}  # the lead's sibling before the task
     # Resumed elsewhere: the same child goes on from its checkpoint, where its batch was
@@ -357,7 +346,7 @@ async def test_killed_in_the_child_before_it_suspended(team: Team, carry: Carry)
 async def test_killed_after_the_child_suspended_before_the_lead_did(
     team: Team, carry: Carry
 ) -> None:
-    lead = team.start("child-suspended")
+    lead = await team.start("child-suspended")
     assert (await carry.store.get_run(team.tenant, lead)).status is RunStatus.RUNNING
     assert (await carry.child(lead)).status is RunStatus.SUSPENDED
     assert team.executions() == {"look before": 1, "look c0": 1}
@@ -375,7 +364,7 @@ async def test_killed_after_the_child_suspended_before_the_lead_did(
 
 
 async def test_killed_after_both_were_saved_suspended(team: Team, carry: Carry) -> None:
-    lead = team.start("after-save")
+    lead = await team.start("after-save")
     assert (await carry.child(lead)).status is RunStatus.SUSPENDED
     assert (await carry.store.get_run(team.tenant, lead)).status is RunStatus.SUSPENDED
     await carry.check(lead)
@@ -383,8 +372,8 @@ async def test_killed_after_both_were_saved_suspended(team: Team, carry: Carry) 
 
 
 async def test_killed_after_the_approval_was_saved(team: Team, carry: Carry) -> None:
-    lead = team.start()
-    team.approve(lead, "r1", "after-decide")
+    lead = await team.start()
+    await team.approve(lead, "r1", "after-decide")
     assert "write notes" not in team.executions()
     # The approval is kept: the lead and its child go on without asking anyone.
     await carry.done(lead, await carry.execute(lead))
@@ -393,8 +382,8 @@ async def test_killed_after_the_approval_was_saved(team: Team, carry: Carry) -> 
 async def test_killed_after_the_approved_write_ran_before_its_result_was_saved(
     team: Team, carry: Carry
 ) -> None:
-    lead = team.start()
-    team.approve(lead, "r1", "in-tool")
+    lead = await team.start()
+    await team.approve(lead, "r1", "in-tool")
     assert team.executions()["write notes"] == 1
     # The approval was used by the attempt that died: the child asks again, saying the
     # outcome is unknown, and the lead waits with it; the write is not run again.
@@ -416,8 +405,8 @@ async def test_killed_after_the_approved_write_ran_before_its_result_was_saved(
 async def test_killed_after_the_child_completed_before_the_lead_saved_its_report(
     team: Team, carry: Carry
 ) -> None:
-    lead = team.start()
-    team.approve(lead, "r1", "child-completed")
+    lead = await team.start()
+    await team.approve(lead, "r1", "child-completed")
     child = await carry.child(lead)
     assert child.status is RunStatus.COMPLETED
     # The lead goes on from the child's stored report: the child is not run again.

@@ -334,6 +334,12 @@ async def _take(semaphore: anyio.Semaphore) -> None:
         await semaphore.acquire()
 
 
+def _release(batch: _Batch) -> None:
+    """Let the batch's next call begin and its chains run while this call's work runs."""
+    batch.current.fire()
+    batch.lock.release()
+
+
 async def _retake(batch: _Batch) -> None:
     # Shielded: a cancelled call must hold the lock again before its chain unwinds.
     with anyio.CancelScope(shield=True):
@@ -847,8 +853,7 @@ class AgentLoop:
         if batch is None:
             result = await self._timed(tool, arguments, ctx)
         else:
-            batch.current.fire()
-            batch.lock.release()
+            _release(batch)
             try:
                 result = await self._timed(tool, arguments, ctx)
             finally:
@@ -870,8 +875,7 @@ class AgentLoop:
         if batch is None:
             yield
             return
-        batch.current.fire()
-        batch.lock.release()
+        _release(batch)
         try:
             yield
         finally:
